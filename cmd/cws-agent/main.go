@@ -1,0 +1,60 @@
+// Command cws-agent is the static agent cws injects into every sandbox at /.cws.
+//
+//	cws-agent init     PID 1: prepares /workspace, drops to the tool uid, runs `serve`, reaps zombies
+//	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent
+//	cws-agent attach   bridges stdio to that socket (what cws runs with `docker exec`)
+//	cws-agent version  prints the agent's release and protocol
+//
+// It imports only sandbox/agent/... and the standard library, so it runs in any image.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/version"
+)
+
+// socketName is the abstract unix socket the agent listens on. Abstract sockets live in
+// the container's network namespace, need no writable path, and can't be deleted.
+const socketName = "@cws-agent"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "init":
+		err = runInit(os.Args[2:])
+	case "serve":
+		err = runServe(os.Args[2:])
+	case "attach":
+		err = runAttach(os.Args[2:])
+	case "version":
+		fmt.Printf("cws-agent %s (protocol %d, commit %s)\n", version.Version, agent.ProtocolVersion, version.Commit)
+	case "-h", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "cws-agent: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cws-agent %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `cws-agent is the in-sandbox agent of cws; cws starts and talks to it for you.
+
+Usage:
+  cws-agent init      run as the container's PID 1 (prepares /workspace, drops privileges, reaps)
+  cws-agent serve     serve the agent protocol on the abstract socket @cws-agent
+  cws-agent attach    bridge stdin/stdout to the agent (used by cws through docker exec)
+  cws-agent version   print the release and protocol version
+`)
+}

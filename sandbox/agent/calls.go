@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"io"
+)
+
+// Ping checks that the agent answers, and reports who it is.
+func (c *Client) Ping(ctx context.Context) (PingResult, error) {
+	var r PingResult
+	err := c.Call(ctx, OpPing, struct{}{}, nil, nil, &r)
+	return r, err
+}
+
+// Stat returns one path's FileInfo.
+func (c *Client) Stat(ctx context.Context, a StatArgs) (FileInfo, error) {
+	var r FileInfo
+	err := c.Call(ctx, OpStat, a, nil, nil, &r)
+	return r, err
+}
+
+// ReadTo streams a file (or a range of it) into w.
+func (c *Client) ReadTo(ctx context.Context, a ReadArgs, w io.Writer) (ReadResult, error) {
+	var r ReadResult
+	err := c.Call(ctx, OpRead, a, nil, func(ev string, data []byte) error {
+		if ev != EventData {
+			return nil
+		}
+		_, err := w.Write(data)
+		return err
+	}, &r)
+	return r, err
+}
+
+// ReadFile reads a file (or a range of it) into memory.
+func (c *Client) ReadFile(ctx context.Context, a ReadArgs) ([]byte, ReadResult, error) {
+	var buf bytes.Buffer
+	r, err := c.ReadTo(ctx, a, &buf)
+	return buf.Bytes(), r, err
+}
+
+// WriteFile writes content to a file.
+func (c *Client) WriteFile(ctx context.Context, a WriteArgs, content []byte) (FileInfo, error) {
+	var r FileInfo
+	err := c.Call(ctx, OpWrite, a, content, nil, &r)
+	return r, err
+}
+
+// List lists a directory.
+func (c *Client) List(ctx context.Context, a ListArgs) (ListResult, error) {
+	var r ListResult
+	err := c.Call(ctx, OpList, a, nil, nil, &r)
+	return r, err
+}
+
+// Remove removes a file or tree.
+func (c *Client) Remove(ctx context.Context, a RemoveArgs) error {
+	return c.Call(ctx, OpRemove, a, nil, nil, nil)
+}
+
+// Rename moves a file or directory.
+func (c *Client) Rename(ctx context.Context, a RenameArgs) (FileInfo, error) {
+	var r FileInfo
+	err := c.Call(ctx, OpRename, a, nil, nil, &r)
+	return r, err
+}
+
+// Mkdir creates a directory and its parents.
+func (c *Client) Mkdir(ctx context.Context, a MkdirArgs) (FileInfo, error) {
+	var r FileInfo
+	err := c.Call(ctx, OpMkdir, a, nil, nil, &r)
+	return r, err
+}
+
+// Search searches file contents.
+func (c *Client) Search(ctx context.Context, a SearchArgs) (SearchResult, error) {
+	var r SearchResult
+	err := c.Call(ctx, OpSearch, a, nil, nil, &r)
+	return r, err
+}
+
+// Exec runs a command to completion. With a.Stream, onOutput receives stdout and stderr
+// chunks as they are produced (event is EventStdout or EventStderr).
+func (c *Client) Exec(ctx context.Context, a ExecArgs, stdin []byte, onOutput EventFunc) (ExecResult, error) {
+	var r ExecResult
+	err := c.Call(ctx, OpExec, a, stdin, onOutput, &r)
+	return r, err
+}
+
+// ProcStart starts a background process.
+func (c *Client) ProcStart(ctx context.Context, a ProcStartArgs) (ProcInfo, error) {
+	var r ProcInfo
+	err := c.Call(ctx, OpProcStart, a, nil, nil, &r)
+	return r, err
+}
+
+// ProcList lists background processes, running and finished.
+func (c *Client) ProcList(ctx context.Context) ([]ProcInfo, error) {
+	var r []ProcInfo
+	err := c.Call(ctx, OpProcList, struct{}{}, nil, nil, &r)
+	return r, err
+}
+
+// ProcOutput reads a background process's output.
+func (c *Client) ProcOutput(ctx context.Context, a ProcOutputArgs) (ProcOutput, error) {
+	var r ProcOutput
+	err := c.Call(ctx, OpProcOutput, a, nil, nil, &r)
+	return r, err
+}
+
+// ProcKill stops a background process's group.
+func (c *Client) ProcKill(ctx context.Context, a ProcKillArgs) (ProcInfo, error) {
+	var r ProcInfo
+	err := c.Call(ctx, OpProcKill, a, nil, nil, &r)
+	return r, err
+}

@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// DialFunc opens a fresh byte stream to the agent (for Docker: one `docker exec` of
+// `cws-agent attach`). The stream must stay usable after ctx ends.
+type DialFunc func(ctx context.Context) (io.ReadWriteCloser, error)
+
+// Client calls one agent. It dials lazily, keeps one multiplexed session, and redials
+// transparently when the stream breaks (the agent and its background processes live on
+// in the container). It is safe for concurrent use.
+type Client struct {
+	dial    DialFunc
+	log     *slog.Logger
+	version string
+
+	mu   sync.Mutex
+	sess *yamux.Session
+	peer Hello
+}
+
+// NewClient returns a client that reaches the agent through dial. version is the host's
+// release, sent in the handshake for the agent's logs.
+func NewClient(dial DialFunc, version string, log *slog.Logger) *Client {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{dial: dial, log: log, version: version}
+}
+
+// Close ends the current stream. The agent keeps running; a later call redials.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == nil {
+		return nil
+	}
+	err := c.sess.Close()
+	c.sess = nil
+	return err
+}
+
+// Peer returns the agent's handshake, once connected.
+func (c *Client) Peer() Hello {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peer
+}
+
+func yamuxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.AcceptBacklog = 1024
+	cfg.MaxStreamWindowSize = 16 << 20
+	cfg.KeepAliveInterval = 20 * time.Second
+	cfg.ConnectionWriteTimeout = 30 * time.Second
+	cfg.StreamCloseTimeout = time.Minute
+	cfg.LogOutput = io.Discard
+	return cfg
+}
+
+// session returns the live session, dialing and handshaking when there is none.
+func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil && !c.sess.IsClosed() {
+		return c.sess, nil
+	}
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial: %v", ErrUnavailable, err)
+	}
+	peer, err := handshake(ctx, conn, Hello{Protocol: ProtocolVersion, Version: c.version})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	sess, err := yamux.Client(conn, yamuxConfig())
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
+	}
+	c.sess, c.peer = sess, peer
+	c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)
+	return sess, nil
+}
+
+// handshake sends ours and checks theirs, bounded by ctx.
+func handshake(ctx context.Context, conn io.ReadWriteCloser, ours Hello) (Hello, error) {
+	type res struct {
+		h   Hello
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		if err := WriteHello(conn, ours); err != nil {
+			ch <- res{err: err}
+			return
+		}
+		h, err := ReadHello(conn)
+		ch <- res{h, err}
+	}()
+	select {
+	case <-ctx.Done():
+		conn.Close()
+		return Hello{}, fmt.Errorf("%w: handshake: %v", ErrUnavailable, ctx.Err())
+	case r := <-ch:
+		if r.err != nil {
+			return Hello{}, fmt.Errorf("%w: handshake: %v", ErrUnavailable, r.err)
+		}
+		if r.h.Error != "" || r.h.Protocol != ProtocolVersion {
+			return r.h, fmt.Errorf("%w: the agent (cws-agent %s) speaks protocol %d, this cws speaks %d: recreate the session so it gets the current agent",
+				ErrVersion, r.h.Version, r.h.Protocol, ProtocolVersion)
+		}
+		return r.h, nil
+	}
+}
+
+// drop forgets a broken session so that the next call redials.
+func (c *Client) drop(s *yamux.Session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+	s.Close()
+}
+
+// EventFunc receives a call's event frames (file data, stdout, stderr) in order.
+type EventFunc func(event string, data []byte) error
+
+// Call runs one operation: args are JSON-encoded, body is the request payload, events
+// arrive through onEvent, and the done frame's result is decoded into result (if not nil).
+// Idempotent calls are retried once on a fresh stream when the old one had broken.
+func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onEvent EventFunc, result any) error {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("encode %s args: %w", op, err)
+	}
+	for attempt := 0; ; attempt++ {
+		err = c.call(ctx, op, raw, body, onEvent, result)
+		if err == nil || attempt > 0 || !errors.Is(err, errRetryable) || !idempotent(op) {
+			return err
+		}
+		c.log.Debug("agent stream broke, redialing", "op", op, "err", err)
+	}
+}
+
+// errRetryable marks failures where the request provably never reached the agent's
+// handler or its answer was lost with the stream.
+var errRetryable = errors.New("stream broken")
+
+func idempotent(op string) bool {
+	switch op {
+	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput:
+		return true
+	}
+	return false
+}
+
+func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body []byte, onEvent EventFunc, result any) error {
+	sess, err := c.session(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := sess.OpenStream()
+	if err != nil {
+		c.drop(sess)
+		return fmt.Errorf("%w: %w: open stream: %v", ErrUnavailable, errRetryable, err)
+	}
+	defer st.Close()
+	if err := WriteFrame(st, &Header{Op: op, Args: args}, body); err != nil {
+		c.drop(sess)
+		return fmt.Errorf("%w: %w: send %s: %v", ErrUnavailable, errRetryable, op, err)
+	}
+
+	// A canceled ctx tells the agent to stop (it kills the process group) and ends the read.
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			_ = WriteFrame(st, &Header{Cancel: true}, nil)
+			_ = st.SetReadDeadline(time.Now()) // unblock the read below now
+
+		}
+	}()
+
+	for {
+		h, data, err := ReadFrame(st)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", op, ctx.Err())
+			}
+			if sess.IsClosed() {
+				c.drop(sess)
+				return fmt.Errorf("%w: %w: %s: %v", ErrUnavailable, errRetryable, op, err)
+			}
+			return fmt.Errorf("%w: %s: read answer: %v", ErrUnavailable, op, err)
+		}
+		if h.Done {
+			if h.Error != nil {
+				return h.Error
+			}
+			if result != nil && len(h.Result) > 0 {
+				if err := json.Unmarshal(h.Result, result); err != nil {
+					return fmt.Errorf("decode %s result: %w", op, err)
+				}
+			}
+			return nil
+		}
+		if onEvent != nil && h.Event != "" {
+			if err := onEvent(h.Event, data); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes on the wire. They are stable: the host maps them to its domain errors.
+const (
+	CodeNotFound  = "not_found"
+	CodeExists    = "exists"
+	CodeNotDir    = "not_dir"
+	CodeIsDir     = "is_dir"
+	CodeTraversal = "traversal" // the path escapes the workspace (.., absolute, symlink)
+	CodeDenied    = "denied"    // the resolved path is denied by the guard
+	CodeTooLarge  = "too_large"
+	CodeInvalid   = "invalid"
+	CodeNotEmpty  = "not_empty"
+	CodeCanceled  = "canceled"
+	CodeInternal  = "internal"
+)
+
+// Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrExists    = errors.New("already exists")
+	ErrNotDir    = errors.New("not a directory")
+	ErrIsDir     = errors.New("is a directory")
+	ErrTraversal = errors.New("path escapes the workspace")
+	ErrDenied    = errors.New("path denied by policy")
+	ErrTooLarge  = errors.New("too large")
+	ErrInvalid   = errors.New("invalid argument")
+	ErrNotEmpty  = errors.New("directory not empty")
+	ErrCanceled  = errors.New("canceled")
+	ErrInternal  = errors.New("agent internal error")
+
+	// ErrVersion is returned by the client when the agent speaks another protocol.
+	ErrVersion = errors.New("agent protocol version mismatch")
+	// ErrUnavailable means the agent could not be reached (the stream broke or never came up).
+	ErrUnavailable = errors.New("agent unavailable")
+)
+
+var codeErr = map[string]error{
+	CodeNotFound: ErrNotFound, CodeExists: ErrExists, CodeNotDir: ErrNotDir, CodeIsDir: ErrIsDir,
+	CodeTraversal: ErrTraversal, CodeDenied: ErrDenied, CodeTooLarge: ErrTooLarge,
+	CodeInvalid: ErrInvalid, CodeNotEmpty: ErrNotEmpty, CodeCanceled: ErrCanceled, CodeInternal: ErrInternal,
+}
+
+// WireError is an operation's failure as it travels back to the host.
+type WireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Path    string `json:"path,omitempty"` // the offending workspace-relative path
+	Rule    string `json:"rule,omitempty"` // the guard rule that denied it
+}
+
+func (e *WireError) Error() string {
+	if e.Path != "" && e.Rule != "" {
+		return fmt.Sprintf("%s: %s (rule %s)", e.Path, e.Message, e.Rule)
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%s: %s", e.Path, e.Message)
+	}
+	return e.Message
+}
+
+// Is lets errors.Is(err, agent.ErrNotFound) and friends work on wire errors.
+func (e *WireError) Is(target error) bool { return codeErr[e.Code] == target }
+
+// Errorf builds a WireError with a code and path.
+func Errorf(code, path, format string, a ...any) *WireError {
+	return &WireError{Code: code, Path: path, Message: fmt.Sprintf(format, a...)}
+}

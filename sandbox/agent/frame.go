@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ProtocolVersion is bumped on any incompatible change to frames, ops or results.
+// The host refuses an agent that speaks another version.
+const ProtocolVersion = 1
+
+// Frame size limits. A frame over them is a protocol error, never an allocation.
+const (
+	MaxHeader = 1 << 20 // bytes of JSON header
+	MaxBody   = 8 << 20 // bytes of body in one frame
+	ChunkSize = 256 << 10
+)
+
+// Header is a frame's JSON header. Which fields are set depends on the frame's role.
+type Header struct {
+	// Request frames.
+	Op   string          `json:"op,omitempty"`
+	Args json.RawMessage `json:"args,omitempty"`
+
+	// Cancel frame (client → server).
+	Cancel bool `json:"cancel,omitempty"`
+
+	// Event frames (server → client): "data", "stdout", "stderr".
+	Event string `json:"ev,omitempty"`
+
+	// Done frame (server → client).
+	Done   bool            `json:"done,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *WireError      `json:"error,omitempty"`
+}
+
+// Hello is the handshake each side sends first.
+type Hello struct {
+	Protocol int    `json:"protocol"`
+	Version  string `json:"version"` // the sender's release (version.Version)
+	Error    string `json:"error,omitempty"`
+}
+
+// WriteFrame writes one frame. It is not safe for concurrent use on one writer.
+func WriteFrame(w io.Writer, h *Header, body []byte) error {
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("encode frame header: %w", err)
+	}
+	return writeRaw(w, hb, body)
+}
+
+func writeRaw(w io.Writer, header, body []byte) error {
+	if len(header) > MaxHeader || len(body) > MaxBody {
+		return fmt.Errorf("frame too large: header %d, body %d bytes", len(header), len(body))
+	}
+	buf := make([]byte, 8, 8+len(header)+len(body))
+	binary.BigEndian.PutUint32(buf[0:4], uint32(len(header)))
+	binary.BigEndian.PutUint32(buf[4:8], uint32(len(body)))
+	buf = append(buf, header...)
+	buf = append(buf, body...)
+	_, err := w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame. io.EOF means the peer closed cleanly between frames.
+func ReadFrame(r io.Reader) (*Header, []byte, error) {
+	hb, body, err := readRaw(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	var h Header
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return nil, nil, fmt.Errorf("decode frame header: %w", err)
+	}
+	return &h, body, nil
+}
+
+func readRaw(r io.Reader) (header, body []byte, err error) {
+	var pre [8]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return nil, nil, err
+	}
+	hl := binary.BigEndian.Uint32(pre[0:4])
+	bl := binary.BigEndian.Uint32(pre[4:8])
+	if hl > MaxHeader || bl > MaxBody {
+		return nil, nil, fmt.Errorf("frame too large: header %d, body %d bytes", hl, bl)
+	}
+	buf := make([]byte, int(hl)+int(bl))
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, nil, err
+	}
+	return buf[:hl], buf[hl:], nil
+}
+
+// WriteHello and ReadHello carry the handshake, framed like everything else.
+func WriteHello(w io.Writer, h Hello) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return writeRaw(w, b, nil)
+}
+
+// ReadHello reads the peer's handshake frame.
+func ReadHello(r io.Reader) (Hello, error) {
+	var h Hello
+	hb, _, err := readRaw(r)
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(hb, &h); err != nil {
+		return h, fmt.Errorf("decode handshake: %w", err)
+	}
+	return h, nil
+}

@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+)
+
+// Operation names.
+const (
+	OpPing       = "ping"
+	OpStat       = "stat"
+	OpRead       = "read"
+	OpWrite      = "write"
+	OpList       = "list"
+	OpRemove     = "remove"
+	OpRename     = "rename"
+	OpMkdir      = "mkdir"
+	OpSearch     = "search"
+	OpExec       = "exec"
+	OpProcStart  = "proc.start"
+	OpProcList   = "proc.list"
+	OpProcOutput = "proc.output"
+	OpProcKill   = "proc.kill"
+)
+
+// Event names carried by event frames.
+const (
+	EventData   = "data"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+)
+
+// File types in FileInfo.Type.
+const (
+	TypeFile    = "file"
+	TypeDir     = "directory"
+	TypeSymlink = "symlink"
+	TypeOther   = "other"
+)
+
+// PingResult describes the agent.
+type PingResult struct {
+	Protocol int    `json:"protocol"`
+	Version  string `json:"version"`
+	UID      int    `json:"uid"`
+	PID      int    `json:"pid"`
+}
+
+// FileInfo describes one file. Path is workspace-relative and slash-separated.
+type FileInfo struct {
+	Name   string    `json:"name"`
+	Path   string    `json:"path"`
+	Type   string    `json:"type"`
+	Size   int64     `json:"size"`
+	Mode   uint32    `json:"mode"`
+	MTime  time.Time `json:"mtime"`
+	Target string    `json:"target,omitempty"` // a symlink's target, as written
+}
+
+// StatArgs asks for one path's FileInfo, following symlinks within the workspace.
+type StatArgs struct {
+	Path  string       `json:"path"`
+	Guard *guard.Guard `json:"guard,omitempty"`
+}
+
+// ReadArgs reads a file, whole or a range. The content arrives as data events.
+type ReadArgs struct {
+	Path    string       `json:"path"`
+	Offset  int64        `json:"offset,omitempty"`
+	Length  int64        `json:"length,omitempty"`  // 0 reads to the end
+	MaxSize int64        `json:"maxSize,omitempty"` // refuse files larger than this; 0 = no limit
+	Hash    bool         `json:"hash,omitempty"`    // compute sha256 of what is read
+	Guard   *guard.Guard `json:"guard,omitempty"`
+}
+
+// ReadResult follows the data events of a read.
+type ReadResult struct {
+	Info     FileInfo `json:"info"`
+	N        int64    `json:"n"`                  // bytes sent
+	SHA256   string   `json:"sha256,omitempty"`   // hex, when asked
+	IsBinary bool     `json:"isBinary,omitempty"` // a NUL byte or invalid UTF-8 in the first 8 KiB
+}
+
+// WriteArgs writes the request body to a file.
+type WriteArgs struct {
+	Path    string       `json:"path"`
+	Atomic  bool         `json:"atomic,omitempty"` // temp file in the same directory + rename
+	Mkdirs  bool         `json:"mkdirs,omitempty"` // create missing parent directories
+	Create  bool         `json:"create,omitempty"` // create the file if missing (else not_found)
+	Mode    uint32       `json:"mode,omitempty"`   // for new files; 0 = 0644 (existing files keep theirs)
+	MaxSize int64        `json:"maxSize,omitempty"`
+	Guard   *guard.Guard `json:"guard,omitempty"`
+}
+
+// ListArgs lists a directory, optionally recursively and filtered by ** globs.
+type ListArgs struct {
+	Path       string       `json:"path"`
+	Recursive  bool         `json:"recursive,omitempty"`
+	Globs      []string     `json:"globs,omitempty"` // match workspace-relative paths; directories are still descended
+	MaxEntries int          `json:"maxEntries,omitempty"`
+	Guard      *guard.Guard `json:"guard,omitempty"`
+}
+
+// ListResult is a directory listing, sorted by path.
+type ListResult struct {
+	Entries   []FileInfo `json:"entries"`
+	Truncated bool       `json:"truncated,omitempty"`
+}
+
+// RemoveArgs removes a file, or a directory tree when Recursive.
+type RemoveArgs struct {
+	Path      string       `json:"path"`
+	Recursive bool         `json:"recursive,omitempty"`
+	Guard     *guard.Guard `json:"guard,omitempty"`
+}
+
+// RenameArgs moves From to To.
+type RenameArgs struct {
+	From      string       `json:"from"`
+	To        string       `json:"to"`
+	Overwrite bool         `json:"overwrite,omitempty"`
+	Mkdirs    bool         `json:"mkdirs,omitempty"`
+	Guard     *guard.Guard `json:"guard,omitempty"`
+}
+
+// MkdirArgs creates a directory (and its parents).
+type MkdirArgs struct {
+	Path  string       `json:"path"`
+	Guard *guard.Guard `json:"guard,omitempty"`
+}
+
+// SearchArgs searches file contents.
+type SearchArgs struct {
+	Query         string       `json:"query"`
+	Path          string       `json:"path,omitempty"` // subtree; "" or "." is the workspace
+	Regex         bool         `json:"regex,omitempty"`
+	CaseSensitive bool         `json:"caseSensitive,omitempty"`
+	Globs         []string     `json:"globs,omitempty"`
+	MaxResults    int          `json:"maxResults,omitempty"`
+	MaxFileSize   int64        `json:"maxFileSize,omitempty"` // skip larger files; 0 = no limit
+	NoIgnore      bool         `json:"noIgnore,omitempty"`    // don't honour .gitignore
+	Hidden        bool         `json:"hidden,omitempty"`      // search dot-files too (.git is always skipped)
+	MaxLineLen    int          `json:"maxLineLen,omitempty"`  // cut match lines to this many bytes; 0 = 500
+	Guard         *guard.Guard `json:"guard,omitempty"`
+}
+
+// Match is one search hit. Line and Column are 1-based; Column counts UTF-8 characters.
+type Match struct {
+	Path   string `json:"path"`
+	Line   int    `json:"line"`
+	Column int    `json:"column"`
+	Text   string `json:"text"`
+}
+
+// SearchResult lists matches sorted by path, then line.
+type SearchResult struct {
+	Matches       []Match `json:"matches"`
+	Truncated     bool    `json:"truncated,omitempty"`
+	FilesSearched int     `json:"filesSearched"`
+}
+
+// ExecArgs runs a command without a shell. The request body is its stdin.
+type ExecArgs struct {
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd,omitempty"` // workspace-relative
+	Env       map[string]string `json:"env,omitempty"` // added to the agent's fixed base environment
+	TimeoutMS int64             `json:"timeoutMs,omitempty"`
+	GraceMS   int64             `json:"graceMs,omitempty"`   // SIGTERM→SIGKILL; 0 = 2000
+	OutputCap int64             `json:"outputCap,omitempty"` // per stream; 0 = 1 MiB
+	Stream    bool              `json:"stream,omitempty"`    // send stdout/stderr events while running
+	Guard     *guard.Guard      `json:"guard,omitempty"`
+}
+
+// ExecResult is a finished command. A command that could not start has ExitCode -1 and StartError.
+type ExecResult struct {
+	ExitCode        int    `json:"exitCode"`
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	TimedOut        bool   `json:"timedOut,omitempty"`
+	Canceled        bool   `json:"canceled,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	StartError      string `json:"startError,omitempty"`
+	DurationMS      int64  `json:"durationMs"`
+}
+
+// ProcStartArgs starts a background process owned by the agent (it outlives the stream).
+type ProcStartArgs struct {
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	OutputCap int64             `json:"outputCap,omitempty"` // ring buffer per stream; 0 = 1 MiB
+	Guard     *guard.Guard      `json:"guard,omitempty"`
+}
+
+// ProcInfo describes a background process.
+type ProcInfo struct {
+	ID        string     `json:"id"`
+	Argv      []string   `json:"argv"`
+	PID       int        `json:"pid"`
+	Running   bool       `json:"running"`
+	ExitCode  *int       `json:"exitCode,omitempty"`
+	StartedAt time.Time  `json:"startedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+}
+
+// ProcIDArgs names a background process.
+type ProcIDArgs struct {
+	ID string `json:"id"`
+}
+
+// ProcOutputArgs reads a background process's output from the given offsets.
+type ProcOutputArgs struct {
+	ID           string `json:"id"`
+	StdoutOffset int64  `json:"stdoutOffset,omitempty"`
+	StderrOffset int64  `json:"stderrOffset,omitempty"`
+	WaitMS       int64  `json:"waitMs,omitempty"` // wait up to this long for new output or exit
+}
+
+// ProcOutput is the output since the offsets asked for, and the offsets to ask next.
+type ProcOutput struct {
+	Proc         ProcInfo `json:"proc"`
+	Stdout       []byte   `json:"stdout"`
+	Stderr       []byte   `json:"stderr"`
+	StdoutOffset int64    `json:"stdoutOffset"`
+	StderrOffset int64    `json:"stderrOffset"`
+	Dropped      bool     `json:"dropped,omitempty"` // output before the offsets was overwritten in the ring
+}
+
+// ProcKillArgs signals a background process's group: SIGTERM, then SIGKILL after the grace.
+type ProcKillArgs struct {
+	ID      string `json:"id"`
+	GraceMS int64  `json:"graceMs,omitempty"`
+}
+
+// SafePath is the only PATH commands are resolved on and run with: never the workspace,
+// never a caller's PATH.
+const SafePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

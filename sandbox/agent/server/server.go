@@ -1,0 +1,235 @@
+// Package server is the cws-agent's side of the wire protocol: it accepts bridged
+// connections, runs the handshake and a yamux session on each, and serves the
+// operations of package agent against the workspace directory.
+//
+// Every path is resolved beneath the workspace through an os.Root, so no spelling and no
+// symlink can reach outside it; the optional guard of each request is checked again on
+// the symlink-resolved path.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/hashicorp/yamux"
+)
+
+// Config configures a Server.
+type Config struct {
+	Root    string // the workspace directory; "" means /workspace
+	Version string // the agent's release, reported in the handshake
+	Log     *slog.Logger
+	// BaseEnv is the environment every command starts from (PATH is always the fixed SafePath).
+	BaseEnv map[string]string
+}
+
+// Server serves agent operations. One Server owns the background processes, so they
+// outlive any one connection.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	ws    *workspace
+	procs *procTable
+	ops   map[string]handler
+
+	mu    sync.Mutex
+	conns map[*yamux.Session]struct{}
+}
+
+// handler runs one operation. It may send events through r while it runs; its result
+// goes out in the done frame.
+type handler func(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error)
+
+// New opens the workspace root and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Root == "" {
+		cfg.Root = "/workspace"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ws, err := openWorkspace(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}}
+	s.ops = map[string]handler{
+		agent.OpPing:       s.ping,
+		agent.OpStat:       s.stat,
+		agent.OpRead:       s.read,
+		agent.OpWrite:      s.write,
+		agent.OpList:       s.list,
+		agent.OpRemove:     s.remove,
+		agent.OpRename:     s.rename,
+		agent.OpMkdir:      s.mkdir,
+		agent.OpSearch:     s.search,
+		agent.OpExec:       s.exec,
+		agent.OpProcStart:  s.procStart,
+		agent.OpProcList:   s.procList,
+		agent.OpProcOutput: s.procOutput,
+		agent.OpProcKill:   s.procKill,
+	}
+	return s, nil
+}
+
+// Serve accepts connections until l is closed.
+func (s *Server) Serve(l net.Listener) error {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go s.ServeConn(conn)
+	}
+}
+
+// ServeConn runs the handshake and then serves calls on conn until it closes.
+func (s *Server) ServeConn(conn io.ReadWriteCloser) {
+	defer conn.Close()
+	peer, err := agent.ReadHello(conn)
+	if err != nil {
+		s.log.Warn("handshake failed", "err", err)
+		return
+	}
+	ours := agent.Hello{Protocol: agent.ProtocolVersion, Version: s.cfg.Version}
+	if peer.Protocol != agent.ProtocolVersion {
+		ours.Error = fmt.Sprintf("protocol %d not supported, this agent speaks %d", peer.Protocol, agent.ProtocolVersion)
+		_ = agent.WriteHello(conn, ours)
+		s.log.Warn("refused host with another protocol", "host_protocol", peer.Protocol, "host_version", peer.Version)
+		return
+	}
+	if err := agent.WriteHello(conn, ours); err != nil {
+		return
+	}
+	sess, err := yamux.Server(conn, yamuxConfig())
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.conns[sess] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, sess)
+		s.mu.Unlock()
+		sess.Close()
+	}()
+	s.log.Info("host connected", "host_version", peer.Version)
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			s.log.Info("host disconnected", "err", err)
+			return
+		}
+		go s.serveStream(st)
+	}
+}
+
+func yamuxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.AcceptBacklog = 1024
+	cfg.MaxStreamWindowSize = 16 << 20
+	cfg.KeepAliveInterval = 20 * time.Second
+	cfg.ConnectionWriteTimeout = 30 * time.Second
+	cfg.StreamCloseTimeout = time.Minute
+	cfg.LogOutput = io.Discard
+	return cfg
+}
+
+// Close ends every connection. Background processes keep running.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sess := range s.conns {
+		sess.Close()
+	}
+}
+
+// serveStream handles one call: request frame, events, done frame.
+func (s *Server) serveStream(st *yamux.Stream) {
+	defer st.Close()
+	h, body, err := agent.ReadFrame(st)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Any further frame is a cancel; EOF or a broken stream also means the host gave up.
+	go func() {
+		for {
+			h, _, err := agent.ReadFrame(st)
+			if err != nil || h.Cancel {
+				cancel()
+				return
+			}
+		}
+	}()
+
+	r := &responder{w: st}
+	var res any
+	op, ok := s.ops[h.Op]
+	if !ok {
+		err = agent.Errorf(agent.CodeInvalid, "", "unknown operation %q", h.Op)
+	} else {
+		res, err = op(ctx, h.Args, body, r)
+	}
+	done := &agent.Header{Done: true}
+	if err != nil {
+		done.Error = wireError(err)
+	} else if res != nil {
+		if done.Result, err = json.Marshal(res); err != nil {
+			done.Error = wireError(err)
+		}
+	}
+	_ = r.send(done, nil)
+}
+
+// responder serialises the frames one call sends back.
+type responder struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (r *responder) send(h *agent.Header, body []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return agent.WriteFrame(r.w, h, body)
+}
+
+// event sends one event frame, splitting data into chunks the frame limit allows.
+func (r *responder) event(ev string, data []byte) error {
+	for len(data) > 0 {
+		n := min(len(data), agent.ChunkSize)
+		if err := r.send(&agent.Header{Event: ev}, data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+func decode(args json.RawMessage, v any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return agent.Errorf(agent.CodeInvalid, "", "bad arguments: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error) {
+	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid()}, nil
+}

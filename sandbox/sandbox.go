@@ -1,0 +1,54 @@
+// Package sandbox describes a session's sandbox: the Spec a driver creates it from,
+// the labels that let cws find what it owns, and the Info a driver reports back.
+// Drivers (sandbox/docker) implement the lifecycle; the agent (sandbox/agent) runs inside.
+package sandbox
+
+import "time"
+
+// Labels every managed container and volume carries.
+const (
+	LabelManaged = "cws.managed" // "true"
+	LabelSession = "cws.session" // session id
+	LabelTenant  = "cws.tenant"  // tenant id
+	LabelExpires = "cws.expires" // RFC 3339 hard expiry
+	LabelAgent   = "cws.agent"   // on the agent volume: the agent's version-hash
+)
+
+// WorkspaceDir is where the session's workspace volume is mounted.
+const WorkspaceDir = "/workspace"
+
+// AgentDir is where the read-only agent volume is mounted.
+const AgentDir = "/.cws"
+
+// Spec is what a driver needs to create one session's sandbox.
+type Spec struct {
+	Session string    // session id; names the container and the volume
+	Tenant  string    // tenant id, recorded as a label
+	Image   string    // any image; the agent is injected
+	Expires time.Time // hard expiry, recorded as a label; zero means none
+	Network bool      // true allows egress (bridge network); false is NetworkMode none
+	User    string    // uid:gid the agent and tool processes run as; empty means "1000:1000"
+	Env     map[string]string
+	Labels  map[string]string // extra labels; the cws.* ones above always win
+	Limits  Limits
+}
+
+// Limits are the sandbox's resource limits. Zero means the driver default.
+type Limits struct {
+	NanoCPUs      int64 // CPU in units of 1e-9 CPUs
+	MemoryBytes   int64 // memory, equal to memory+swap (no swap)
+	Pids          int64 // max tasks (processes and threads)
+	NoFile        int64 // RLIMIT_NOFILE
+	FileSizeBytes int64 // RLIMIT_FSIZE
+	TmpSizeBytes  int64 // size of the /tmp tmpfs
+}
+
+// Info is what a driver knows about one sandbox.
+type Info struct {
+	ID      string // container id
+	Session string
+	Tenant  string
+	Expires time.Time
+	Running bool
+	Volume  string // the workspace volume's name
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# deps.sh — make sure this machine can build, run and test cws.
+#
+# Installs the Docker engine (Debian docker.io), redis-server and debootstrap when
+# missing, and starts dockerd when `docker info` fails. Idempotent: quiet when all
+# is there, one line per action otherwise.
+set -euo pipefail
+
+say() { printf 'deps: %s\n' "$*"; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v git >/dev/null 2>&1 || missing+=(git)
+if [ ${#missing[@]} -gt 0 ]; then
+	say "installing ${missing[*]} (apt-get)"
+	as_root apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if docker info >/dev/null 2>&1; then
+	exit 0
+fi
+
+# A dockerd killed without a clean shutdown leaves its pid file and containerd's
+# sockets behind; the next dockerd then hangs on "containerd.sock: timeout".
+# Clear them, but only when no dockerd/containerd is actually running.
+if ! pgrep -x dockerd >/dev/null 2>&1; then
+	if [ -e /var/run/docker.pid ] || [ -d /var/run/docker/containerd ]; then
+		say "clearing stale dockerd state (/var/run/docker.pid, /var/run/docker/containerd)"
+		pkill -x containerd >/dev/null 2>&1 || true
+		as_root rm -rf /var/run/docker.pid /var/run/docker/containerd /var/run/docker.sock
+	fi
+	say "starting dockerd (log: /var/log/cws-dockerd.log)"
+	as_root sh -c 'nohup dockerd >/var/log/cws-dockerd.log 2>&1 &'
+fi
+
+for i in $(seq 1 60); do
+	if docker info >/dev/null 2>&1; then
+		say "dockerd is up ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+		exit 0
+	fi
+	sleep 1
+done
+say "dockerd did not come up in 60 s; see /var/log/cws-dockerd.log" >&2
+tail -n 20 /var/log/cws-dockerd.log >&2 || true
+exit 1
