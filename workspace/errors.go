@@ -1,0 +1,26 @@
+package workspace
+
+import (
+	"errors"
+
+	"github.com/cwsdev/cws/workspace/policy"
+)
+
+// Domain errors. Each protocol maps them in one place (api/errors.go for HTTP,
+// api/mcp for JSON-RPC codes). Compare with errors.Is.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("already exists")
+	ErrQuota       = errors.New("quota exceeded")
+	ErrRateLimited = errors.New("rate limit exceeded")
+	ErrUnavailable = errors.New("temporarily unavailable")
+	ErrForbidden   = errors.New("forbidden")
+
+	// The policy's errors, one per code of the seed's catalogue.
+	ErrInvalid   = policy.ErrInvalid   // -32602
+	ErrTraversal = policy.ErrTraversal // -32001
+	ErrPolicy    = policy.ErrPolicy    // -32002
+	ErrTooLarge  = policy.ErrTooLarge  // -32003
+	ErrCommand   = policy.ErrCommand   // -32004
+	ErrConfirm   = policy.ErrConfirm   // -32005
+)

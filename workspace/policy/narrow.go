@@ -1,0 +1,136 @@
+package policy
+
+import (
+	"slices"
+
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+)
+
+// Effective is the policy one tool call is checked against: a tenant's policy narrowed
+// by its workspace's .cws-policy.json. It is immutable and safe for concurrent use.
+// Get one from Policy.Narrow; the zero Effective is not usable.
+type Effective struct {
+	guard       guard.Guard
+	maxFileSize int64
+	maxEditSize int64
+	commands    [][]string // program names must be in every list; no lists: any
+	env         [][]string // variable names must match every list; never empty
+	confirm     []string
+}
+
+// Narrow returns tenant's policy narrowed by ws, the workspace's .cws-policy.json (nil
+// if there is none). A nil tenant is Default(). Both should come from Parse and
+// ParseWorkspace. The workspace can only take away:
+//
+//   - allowedPaths: a path must match both lists (each is a guard allow-set);
+//   - deniedPaths: the union;
+//   - maxFileSize, maxEditSize: the smaller; a workspace value larger than the
+//     tenant's (or the default) is ignored, never an error, so a repository's file
+//     works under any tenant;
+//   - allowedCommands: the intersection (omitted on both sides: any program);
+//   - envAllowlist: a name must pass both lists (tenant omitted: DefaultEnvAllowlist);
+//   - confirmationRequired: the union.
+//
+// ws's tenant-only fields are ignored (ParseWorkspace refuses them anyway). FileName
+// itself is protected from writes unless tenant.AllowPolicyWrites.
+func (tenant *Policy) Narrow(ws *Policy) *Effective {
+	if tenant == nil {
+		tenant = Default()
+	}
+	e := &Effective{
+		maxFileSize: orDefault(tenant.MaxFileSize, DefaultMaxFileSize),
+		maxEditSize: orDefault(tenant.MaxEditSize, DefaultMaxEditSize),
+		env:         [][]string{clone(tenant.EnvAllowlist)},
+		confirm:     clone(tenant.ConfirmationRequired),
+	}
+	if e.env[0] == nil {
+		e.env[0] = clone(DefaultEnvAllowlist)
+	}
+	e.guard.Deny = clone(tenant.DeniedPaths)
+	if !tenant.AllowPolicyWrites {
+		e.guard.Protect = []string{FileName}
+	}
+	addSet(&e.guard.Allow, tenant.AllowedPaths)
+	addSet(&e.commands, tenant.AllowedCommands)
+	if ws == nil {
+		return e
+	}
+	addSet(&e.guard.Allow, ws.AllowedPaths)
+	addSet(&e.commands, ws.AllowedCommands)
+	addSet(&e.env, ws.EnvAllowlist)
+	e.guard.Deny = union(e.guard.Deny, ws.DeniedPaths)
+	e.confirm = union(e.confirm, ws.ConfirmationRequired)
+	if ws.MaxFileSize > 0 {
+		e.maxFileSize = min(e.maxFileSize, ws.MaxFileSize)
+	}
+	if ws.MaxEditSize > 0 {
+		e.maxEditSize = min(e.maxEditSize, ws.MaxEditSize)
+	}
+	return e
+}
+
+// Guard returns the path rules, for the in-container agent to re-check resolved paths.
+func (e *Effective) Guard() guard.Guard {
+	g := guard.Guard{Deny: clone(e.guard.Deny), Protect: clone(e.guard.Protect)}
+	for _, set := range e.guard.Allow {
+		g.Allow = append(g.Allow, clone(set))
+	}
+	return g
+}
+
+// MaxFileSize is the largest file, in bytes, that may be read or written.
+func (e *Effective) MaxFileSize() int64 { return e.maxFileSize }
+
+// MaxEditSize is the largest edit, in bytes.
+func (e *Effective) MaxEditSize() int64 { return e.maxEditSize }
+
+// AllowedCommands returns the program names CheckCommand allows, or nil if any
+// program on SafePath is allowed. An empty, non-nil result allows none.
+func (e *Effective) AllowedCommands() []string {
+	if len(e.commands) == 0 {
+		return nil
+	}
+	out := []string{}
+	for _, c := range e.commands[0] {
+		if allIn(e.commands[1:], c) && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ConfirmationRequired returns the tool names that need options.confirmed: true.
+func (e *Effective) ConfirmationRequired() []string { return clone(e.confirm) }
+
+// addSet appends list to sets unless it is nil (unrestricted).
+func addSet(sets *[][]string, list []string) {
+	if list != nil {
+		*sets = append(*sets, clone(list))
+	}
+}
+
+// union returns a followed by the entries of b it lacks.
+func union(a, b []string) []string {
+	for _, s := range b {
+		if !slices.Contains(a, s) {
+			a = append(a, s)
+		}
+	}
+	return a
+}
+
+func allIn(lists [][]string, s string) bool {
+	for _, l := range lists {
+		if !slices.Contains(l, s) {
+			return false
+		}
+	}
+	return true
+}
+
+func orDefault(v, def int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,171 @@
+// Package workspace is cws's domain: sessions, the tool catalogue, and the policy every
+// tool call is checked against. Handlers (api, api/mcp) stay thin and call Service;
+// ownership, policy, quota and deadlines are decided here.
+package workspace
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/workspace/policy"
+)
+
+// Sandboxes is the sandbox driver as the Service uses it (sandbox/docker implements it).
+type Sandboxes interface {
+	Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error)
+	Attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	Remove(ctx context.Context, id string) error
+	List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error)
+}
+
+// Observer receives what the Service measures (metrics.Metrics implements it).
+type Observer interface {
+	ToolCall(tool, outcome string, d time.Duration)
+	PolicyDenial(rule string)
+	SessionCreated(d time.Duration)
+	SessionsActive(n int)
+	Reaped(reason string)
+}
+
+// Tenants gives a tenant's policy: the ceiling every session of it is held to.
+type Tenants interface {
+	Policy(tenant string) (*policy.Policy, bool)
+}
+
+// Config configures a Service.
+type Config struct {
+	Store     Store
+	Sandboxes Sandboxes
+	Tenants   Tenants
+	Observer  Observer // nil: nothing is measured
+	Log       *slog.Logger
+
+	DefaultImage   string        // image when neither the request nor the tenant names one
+	DefaultIdleTTL time.Duration // idle TTL when the tenant sets none; zero means 30 min
+	DefaultMaxLife time.Duration // hard lifetime when the tenant sets none; zero means 24 h
+	DefaultLimits  sandbox.Limits
+	ReadyTimeout   time.Duration // how long a new sandbox may take to answer; zero means 60 s
+	PolicyTTL      time.Duration // how long a workspace .cws-policy.json is cached; zero means 1 s
+	Now            func() time.Time
+}
+
+// Caller is who is calling: the tenant and subject of a verified token.
+type Caller struct {
+	Tenant  string
+	Subject string
+}
+
+// Service runs sessions and tool calls.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	obs     Observer
+	catalog *Catalog
+	audit   chan AuditRecord
+
+	mu       sync.Mutex
+	agents   map[string]*agent.Client // by sandbox id
+	policies map[string]cachedPolicy  // by session id
+	touched  map[string]time.Time     // by session id: last TouchSession written
+}
+
+type cachedPolicy struct {
+	eff *policy.Effective
+	err error
+	at  time.Time
+}
+
+// New returns a Service. Call Close to flush the audit log.
+func New(cfg Config) *Service {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DefaultIdleTTL == 0 {
+		cfg.DefaultIdleTTL = 30 * time.Minute
+	}
+	if cfg.DefaultMaxLife == 0 {
+		cfg.DefaultMaxLife = 24 * time.Hour
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.PolicyTTL == 0 {
+		cfg.PolicyTTL = time.Second
+	}
+	s := &Service{
+		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer,
+		catalog: DefaultCatalog(),
+		audit:   make(chan AuditRecord, 4096),
+		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
+	}
+	go s.auditLoop()
+	return s
+}
+
+// Catalog returns the tool catalogue.
+func (s *Service) Catalog() *Catalog { return s.catalog }
+
+// Close stops the audit writer after flushing what is queued and ends agent streams.
+func (s *Service) Close() {
+	close(s.audit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.agents {
+		c.Close()
+		delete(s.agents, id)
+	}
+}
+
+// agentFor returns the (cached) agent client of a sandbox.
+func (s *Service) agentFor(sandboxID string) *agent.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.agents[sandboxID]
+	if !ok {
+		sb := s.cfg.Sandboxes
+		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
+			return sb.Attach(ctx, sandboxID)
+		}, versionString(), s.log.With("sandbox", sandboxID))
+		s.agents[sandboxID] = c
+	}
+	return c
+}
+
+func (s *Service) forgetAgent(sandboxID string) {
+	s.mu.Lock()
+	c := s.agents[sandboxID]
+	delete(s.agents, sandboxID)
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+func (s *Service) auditLoop() {
+	for r := range s.audit {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.cfg.Store.Audit(ctx, r); err != nil {
+			s.log.Warn("audit record lost", "err", err, "tool", r.Tool, "session", r.Session)
+		}
+		cancel()
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ToolCall(string, string, time.Duration) {}
+func (nopObserver) PolicyDenial(string)                    {}
+func (nopObserver) SessionCreated(time.Duration)           {}
+func (nopObserver) SessionsActive(int)                     {}
+func (nopObserver) Reaped(string)                          {}

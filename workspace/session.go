@@ -1,0 +1,64 @@
+package workspace
+
+import "time"
+
+// Session states.
+const (
+	StateCreating = "creating" // recorded before the sandbox exists, so a crash leaves a trace
+	StateReady    = "ready"
+	StateFailed   = "failed"
+)
+
+// Session is one agent's workspace: a sandbox owned by a tenant.
+type Session struct {
+	ID        string            `json:"id"`
+	Tenant    string            `json:"tenant"`
+	Subject   string            `json:"sub"`             // the JWT sub that created it
+	Image     string            `json:"image"`           // the workspace image
+	Sandbox   string            `json:"sandbox"`         // the driver's id (container id)
+	State     string            `json:"state"`           // creating, ready, failed
+	Labels    map[string]string `json:"labels,omitempty"` // the caller's labels
+	CreatedAt time.Time         `json:"createdAt"`
+	LastUsed  time.Time         `json:"lastUsed"`
+	IdleTTL   time.Duration     `json:"idleTTL"`   // renewed by use; zero means no idle expiry
+	ExpiresAt time.Time         `json:"expiresAt"` // hard end of life; zero means none
+}
+
+// IdleUntil is when the session expires unless it is used again.
+func (s *Session) IdleUntil() time.Time {
+	if s.IdleTTL <= 0 {
+		return time.Time{}
+	}
+	return s.LastUsed.Add(s.IdleTTL)
+}
+
+// Deadline is the earlier of the idle and the hard expiry; zero means never.
+func (s *Session) Deadline() time.Time {
+	idle := s.IdleUntil()
+	switch {
+	case idle.IsZero():
+		return s.ExpiresAt
+	case s.ExpiresAt.IsZero() || idle.Before(s.ExpiresAt):
+		return idle
+	}
+	return s.ExpiresAt
+}
+
+// Expired reports whether the session is past its deadline at now.
+func (s *Session) Expired(now time.Time) bool {
+	d := s.Deadline()
+	return !d.IsZero() && !now.Before(d)
+}
+
+// AuditRecord is one tool call, as kept in the audit stream.
+type AuditRecord struct {
+	Time     time.Time `json:"time"`
+	Tenant   string    `json:"tenant"`
+	Subject  string    `json:"sub"`
+	Session  string    `json:"session"`
+	Tool     string    `json:"tool"`
+	Decision string    `json:"decision"` // allow, deny
+	Outcome  string    `json:"outcome"`  // ok, error, denied, invalid, ...
+	Duration float64   `json:"durationSeconds"`
+	Rule     string    `json:"rule,omitempty"` // the policy rule that denied it
+}

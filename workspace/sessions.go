@@ -1,0 +1,325 @@
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/workspace/policy"
+)
+
+// CreateRequest asks for a new session. Zero fields take the tenant's defaults.
+type CreateRequest struct {
+	Image          string            `json:"image,omitempty"`
+	TTL            time.Duration     `json:"-"` // idle TTL; capped by the tenant's
+	Env            map[string]string `json:"env,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	IdempotencyKey string            `json:"-"`
+}
+
+// idempotencyTTL is how long an Idempotency-Key keeps answering with its session.
+const idempotencyTTL = 24 * time.Hour
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns a session id: "s-" and 20 random base32 characters (100 bits).
+func newID() string {
+	var b [13]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + idEncoding.EncodeToString(b[:])[:20]
+}
+
+// CreateSession creates a session and its sandbox, and returns once the agent answers.
+// With an IdempotencyKey, a repeated request returns the first one's session.
+func (s *Service) CreateSession(ctx context.Context, caller Caller, req CreateRequest) (*Session, error) {
+	tp, ok := s.cfg.Tenants.Policy(caller.Tenant)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, caller.Tenant)
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, err
+	}
+	if req.IdempotencyKey != "" {
+		if len(req.IdempotencyKey) > 200 {
+			return nil, invalidf("Idempotency-Key", "Idempotency-Key is longer than 200 characters")
+		}
+		id := newID()
+		key := "idem:" + caller.Tenant + ":" + req.IdempotencyKey
+		cur, claimed, err := s.cfg.Store.Claim(ctx, key, id, idempotencyTTL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if !claimed {
+			return s.cfg.Store.GetSession(ctx, caller.Tenant, cur)
+		}
+		sess, err := s.create(ctx, caller, tp, id, req)
+		if err != nil {
+			_ = s.cfg.Store.Release(context.WithoutCancel(ctx), key, id)
+		}
+		return sess, err
+	}
+	return s.create(ctx, caller, tp, newID(), req)
+}
+
+func validateLabels(l map[string]string) error {
+	if len(l) > 32 {
+		return invalidf("labels", "at most 32 labels")
+	}
+	for k, v := range l {
+		if k == "" || len(k) > 63 || len(v) > 256 || strings.HasPrefix(k, "cws.") {
+			return invalidf("labels", "label %q: keys are 1–63 characters and may not start with cws., values at most 256", k)
+		}
+	}
+	return nil
+}
+
+func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, id string, req CreateRequest) (*Session, error) {
+	start := s.cfg.Now()
+	image, err := s.image(tp, req.Image)
+	if err != nil {
+		return nil, err
+	}
+	if err := tp.Narrow(nil).CheckEnv(req.Env); err != nil {
+		return nil, err
+	}
+	idle := s.cfg.DefaultIdleTTL
+	if tp.SessionTTL > 0 {
+		idle = tp.SessionTTL.Std()
+	}
+	if req.TTL > 0 {
+		idle = min(req.TTL, idle)
+	}
+	life := s.cfg.DefaultMaxLife
+	if tp.MaxLifetime > 0 {
+		life = tp.MaxLifetime.Std()
+	}
+	sess := &Session{ID: id, Tenant: caller.Tenant, Subject: caller.Subject, Image: image, State: StateCreating,
+		Labels: req.Labels, CreatedAt: start.UTC(), LastUsed: start.UTC(), IdleTTL: idle, ExpiresAt: start.Add(life).UTC()}
+	if err := s.cfg.Store.CreateSession(ctx, sess, tp.MaxSessions); err != nil {
+		if errors.Is(err, ErrQuota) {
+			return nil, fmt.Errorf("%w: tenant %s may hold %d sessions: delete one first", ErrQuota, caller.Tenant, tp.MaxSessions)
+		}
+		return nil, err
+	}
+	// From here on, a failure must not leave a container, a volume or a record behind.
+	cleanup := func(cause error) error {
+		bg := context.WithoutCancel(ctx)
+		if sess.Sandbox != "" {
+			s.forgetAgent(sess.Sandbox)
+			_ = s.cfg.Sandboxes.Remove(bg, sess.Sandbox)
+		}
+		_ = s.cfg.Store.DeleteSession(bg, sess.Tenant, sess.ID)
+		return cause
+	}
+	info, err := s.cfg.Sandboxes.Create(ctx, s.spec(sess, tp, req.Env))
+	if err != nil {
+		return nil, cleanup(fmt.Errorf("%w: create sandbox: %v", ErrUnavailable, err))
+	}
+	sess.Sandbox = info.ID
+	if err := s.waitReady(ctx, sess.Sandbox); err != nil {
+		return nil, cleanup(err)
+	}
+	sess.State = StateReady
+	if err := s.cfg.Store.UpdateSession(ctx, sess); err != nil {
+		return nil, cleanup(err)
+	}
+	s.obs.SessionCreated(s.cfg.Now().Sub(start))
+	s.countActive(ctx)
+	s.log.Info("session created", "session", sess.ID, "tenant", sess.Tenant, "image", image, "sandbox", sess.Sandbox)
+	return sess, nil
+}
+
+// image picks the session's image: the request's if the tenant allows it, else the
+// tenant's first, else the server default.
+func (s *Service) image(tp *policy.Policy, want string) (string, error) {
+	if want == "" {
+		if len(tp.Images) > 0 {
+			return tp.Images[0], nil
+		}
+		return s.cfg.DefaultImage, nil
+	}
+	allowed := tp.Images
+	if len(allowed) == 0 {
+		allowed = []string{s.cfg.DefaultImage}
+	}
+	if !contains(allowed, want) {
+		return "", &policy.Violation{Err: ErrPolicy, Rule: "images", Detail: fmt.Sprintf("image %q is not allowed; allowed: %s", want, strings.Join(allowed, ", "))}
+	}
+	return want, nil
+}
+
+func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string) sandbox.Spec {
+	lim := s.cfg.DefaultLimits
+	if l := tp.Limits; l != nil {
+		if l.CPUs > 0 {
+			lim.NanoCPUs = int64(l.CPUs * 1e9)
+		}
+		if l.MemoryMB > 0 {
+			lim.MemoryBytes = l.MemoryMB << 20
+		}
+		if l.Pids > 0 {
+			lim.Pids = l.Pids
+		}
+		if l.NoFile > 0 {
+			lim.NoFile = l.NoFile
+		}
+		if l.FileSizeMB > 0 {
+			lim.FileSizeBytes = l.FileSizeMB << 20
+		}
+	}
+	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Image: sess.Image, Expires: sess.ExpiresAt,
+		Network: tp.Network, Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim}
+}
+
+// waitReady pings the new sandbox's agent until it answers.
+func (s *Service) waitReady(ctx context.Context, sandboxID string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	c := s.agentFor(sandboxID)
+	var err error
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
+		if _, err = c.Ping(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the sandbox's agent did not answer within %s: %v", ErrUnavailable, s.cfg.ReadyTimeout, err)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// GetSession returns one of caller's sessions.
+func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Session, error) {
+	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if sess.Expired(s.cfg.Now()) {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	}
+	return sess, nil
+}
+
+// ListSessions lists caller's tenant's live sessions.
+func (s *Service) ListSessions(ctx context.Context, caller Caller) ([]*Session, error) {
+	all, err := s.cfg.Store.ListSessions(ctx, caller.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	out := all[:0]
+	for _, sess := range all {
+		if !sess.Expired(now) {
+			out = append(out, sess)
+		}
+	}
+	return out, nil
+}
+
+// RenewSession resets the idle TTL. The hard lifetime does not move.
+func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*Session, error) {
+	sess, err := s.GetSession(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	if err := s.cfg.Store.TouchSession(ctx, caller.Tenant, id, now); err != nil {
+		return nil, err
+	}
+	sess.LastUsed = now.UTC()
+	return sess, nil
+}
+
+// DeleteSession removes a session, its container and its volume.
+func (s *Service) DeleteSession(ctx context.Context, caller Caller, id string) error {
+	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	if err != nil {
+		return err
+	}
+	return s.remove(ctx, sess)
+}
+
+func (s *Service) remove(ctx context.Context, sess *Session) error {
+	if sess.Sandbox != "" {
+		s.forgetAgent(sess.Sandbox)
+		if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
+			return fmt.Errorf("%w: remove sandbox of %s: %v", ErrUnavailable, sess.ID, err)
+		}
+	}
+	if err := s.cfg.Store.DeleteSession(ctx, sess.Tenant, sess.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	_ = s.cfg.Store.Release(ctx, defaultKey(sess.Tenant, sess.Subject), sess.ID)
+	s.mu.Lock()
+	delete(s.policies, sess.ID)
+	delete(s.touched, sess.ID)
+	s.mu.Unlock()
+	s.countActive(ctx)
+	return nil
+}
+
+func defaultKey(tenant, sub string) string { return "default:" + tenant + ":" + sub }
+
+// DefaultSession returns the one session per (tenant, sub) that /mcp uses when the token
+// names none, creating it on first use. Replicas agree through Store.Claim.
+func (s *Service) DefaultSession(ctx context.Context, caller Caller) (*Session, error) {
+	key := defaultKey(caller.Tenant, caller.Subject)
+	for attempt := 0; attempt < 3; attempt++ {
+		id := newID()
+		cur, claimed, err := s.cfg.Store.Claim(ctx, key, id, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if claimed {
+			tp, ok := s.cfg.Tenants.Policy(caller.Tenant)
+			if !ok {
+				return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, caller.Tenant)
+			}
+			sess, err := s.create(ctx, caller, tp, id, CreateRequest{})
+			if err != nil {
+				_ = s.cfg.Store.Release(context.WithoutCancel(ctx), key, id)
+			}
+			return sess, err
+		}
+		sess, err := s.waitCreated(ctx, caller, cur)
+		if errors.Is(err, ErrNotFound) {
+			_ = s.cfg.Store.Release(ctx, key, cur) // it was deleted or expired: claim anew
+			continue
+		}
+		return sess, err
+	}
+	return nil, fmt.Errorf("%w: default session of %s kept disappearing", ErrUnavailable, caller.Subject)
+}
+
+// waitCreated waits for a session another request is creating.
+func (s *Service) waitCreated(ctx context.Context, caller Caller, id string) (*Session, error) {
+	deadline := time.Now().Add(s.cfg.ReadyTimeout + 10*time.Second)
+	for {
+		sess, err := s.GetSession(ctx, caller, id)
+		if err != nil || sess.State == StateReady {
+			return sess, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: session %s is still %s", ErrUnavailable, id, sess.State)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) countActive(ctx context.Context) {
+	all, err := s.cfg.Store.AllSessions(ctx)
+	if err == nil {
+		s.obs.SessionsActive(len(all))
+	}
+}

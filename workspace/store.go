@@ -1,0 +1,47 @@
+package workspace
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps sessions and the small shared state every replica must agree on. It is
+// implemented by redisstore (production, shared by replicas) and memstore (single node);
+// storetest.Run holds both to the same contract.
+type Store interface {
+	// CreateSession records a new session. It fails with ErrQuota when the tenant already
+	// has max sessions (checked and recorded atomically; max 0 means no limit), and with
+	// ErrConflict when the id exists.
+	CreateSession(ctx context.Context, s *Session, max int) error
+	// GetSession returns a tenant's session. A session of another tenant is ErrNotFound,
+	// exactly like a missing one.
+	GetSession(ctx context.Context, tenant, id string) (*Session, error)
+	// UpdateSession overwrites a session that exists (ErrNotFound otherwise).
+	UpdateSession(ctx context.Context, s *Session) error
+	// TouchSession sets LastUsed (renewing the idle TTL); ErrNotFound if missing.
+	TouchSession(ctx context.Context, tenant, id string, at time.Time) error
+	// DeleteSession removes a session and frees its quota slot; ErrNotFound if missing.
+	DeleteSession(ctx context.Context, tenant, id string) error
+	// ListSessions lists a tenant's sessions, oldest first.
+	ListSessions(ctx context.Context, tenant string) ([]*Session, error)
+	// AllSessions lists every tenant's sessions (reconcile and reaper).
+	AllSessions(ctx context.Context) ([]*Session, error)
+
+	// Claim sets key to value unless it is set; it returns the value in force and whether
+	// this call set it. Idempotency keys and default sessions use it. ttl 0 means no expiry.
+	Claim(ctx context.Context, key, value string, ttl time.Duration) (current string, claimed bool, err error)
+	// Release deletes key if it still holds value.
+	Release(ctx context.Context, key, value string) error
+
+	// Allow counts one event against key in a fixed window and reports whether it is
+	// within limit (shared across replicas with Redis).
+	Allow(ctx context.Context, key string, limit int, window time.Duration) (bool, error)
+
+	// Audit appends a record to a capped log; RecentAudit returns the newest n, newest first.
+	Audit(ctx context.Context, r AuditRecord) error
+	RecentAudit(ctx context.Context, n int) ([]AuditRecord, error)
+
+	// Ping checks the store is reachable (readiness).
+	Ping(ctx context.Context) error
+	Close() error
+}

@@ -1,0 +1,375 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+)
+
+// gitSafety are the -c options every git call runs with: repository hooks, an fsmonitor
+// command or an external diff driver would run programs the command allowlist never saw.
+var gitSafety = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "color.ui=false"}
+
+// refPattern is what a ref argument may look like: names, ~ ^ @{…} suffixes and ranges,
+// never a leading "-" (it would be read as an option).
+var refPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./@{}~^+-]*$`)
+
+func validRef(field, ref string) error {
+	if len(ref) > 256 || !refPattern.MatchString(ref) || strings.Contains(ref, "//") {
+		return invalidf(field, "%q is not a valid git ref", ref)
+	}
+	return nil
+}
+
+// git runs git in the workspace root and returns stdout; a non-zero exit is a Failure.
+func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	argv := append(append([]string{"git"}, gitSafety...), args...)
+	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
+		TimeoutMS: 120_000, OutputCap: 8 << 20, Guard: c.guard}, stdin, nil)
+	if err != nil {
+		return "", err
+	}
+	if r.StartError != "" {
+		return "", &agent.WireError{Code: agent.CodeNotFound, Message: "git is not installed in this workspace image"}
+	}
+	if r.ExitCode != 0 {
+		msg := strings.TrimSpace(string(r.Stderr))
+		if msg == "" {
+			msg = strings.TrimSpace(string(r.Stdout))
+		}
+		return "", &failure{Code: "git_failed", Message: fmt.Sprintf("git %s: %s", args[0], msg)}
+	}
+	return string(r.Stdout), nil
+}
+
+// paths normalizes and read-checks path arguments for git.
+func (c *call) paths(root string, ps []string) ([]string, error) {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		rel, err := c.resolve(root, p, false, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rel)
+	}
+	return out, nil
+}
+
+type GitStatusArgs struct {
+	Root
+}
+
+type GitFileStatus struct {
+	Path     string `json:"path"`
+	OrigPath string `json:"origPath,omitempty" jsonschema:"For renames: the old path."`
+	Index    string `json:"index" jsonschema:"Staged status letter (M, A, D, R, C, U, ?, or space)."`
+	Worktree string `json:"worktree" jsonschema:"Unstaged status letter."`
+}
+
+type GitStatusResult struct {
+	Branch   string          `json:"branch"`
+	Upstream string          `json:"upstream,omitempty"`
+	Ahead    int             `json:"ahead"`
+	Behind   int             `json:"behind"`
+	Clean    bool            `json:"clean"`
+	Files    []GitFileStatus `json:"files"`
+}
+
+var aheadBehind = regexp.MustCompile(`\[(?:ahead (\d+))?(?:, )?(?:behind (\d+))?\]`)
+
+func gitStatus(ctx context.Context, c *call, a *GitStatusArgs) (*GitStatusResult, error) {
+	if _, err := c.resolve(a.WorkspaceRoot, ".", false, 0); err != nil {
+		return nil, err
+	}
+	out, err := c.git(ctx, nil, "status", "--porcelain=v1", "-z", "--branch", "--untracked-files=all")
+	if err != nil {
+		return nil, err
+	}
+	res := &GitStatusResult{Files: []GitFileStatus{}}
+	recs := strings.Split(out, "\x00")
+	for i := 0; i < len(recs); i++ {
+		r := recs[i]
+		if len(r) < 3 {
+			continue
+		}
+		if strings.HasPrefix(r, "## ") {
+			head := r[3:]
+			if m := aheadBehind.FindStringSubmatch(head); m != nil {
+				res.Ahead, _ = strconv.Atoi(m[1])
+				res.Behind, _ = strconv.Atoi(m[2])
+				head = strings.TrimSpace(head[:strings.Index(head, "[")])
+			}
+			res.Branch, res.Upstream, _ = strings.Cut(head, "...")
+			res.Branch = strings.TrimPrefix(res.Branch, "No commits yet on ")
+			continue
+		}
+		f := GitFileStatus{Index: r[0:1], Worktree: r[1:2], Path: r[3:]}
+		if f.Index == "R" || f.Index == "C" {
+			i++
+			if i < len(recs) {
+				f.OrigPath = recs[i]
+			}
+		}
+		if c.pol.CheckRead(f.Path) != nil {
+			continue // denied paths are not shown
+		}
+		res.Files = append(res.Files, f)
+	}
+	res.Clean = len(res.Files) == 0
+	return res, nil
+}
+
+type GitDiffArgs struct {
+	Root
+	Staged       bool     `json:"staged,omitempty" jsonschema:"Diff the index against HEAD (git diff --cached). Default false: the worktree against the index."`
+	Ref          string   `json:"ref,omitempty" jsonschema:"Compare against this commit or range instead (e.g. HEAD~1, main..HEAD)."`
+	Paths        []string `json:"paths,omitempty" jsonschema:"Limit the diff to these paths."`
+	ContextLines *int     `json:"contextLines,omitempty" jsonschema:"Lines of context (git diff -U). Default 3."`
+}
+
+type GitDiffResult struct {
+	Diff  string `json:"diff" jsonschema:"Unified diff."`
+	Empty bool   `json:"empty"`
+}
+
+func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, error) {
+	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-color"}
+	if a.Staged {
+		args = append(args, "--cached")
+	}
+	if a.ContextLines != nil {
+		if *a.ContextLines < 0 || *a.ContextLines > 1000 {
+			return nil, invalidf("contextLines", "contextLines must be between 0 and 1000")
+		}
+		args = append(args, "-U"+strconv.Itoa(*a.ContextLines))
+	}
+	args = append(args, "--end-of-options")
+	if a.Ref != "" {
+		if err := validRef("ref", a.Ref); err != nil {
+			return nil, err
+		}
+		args = append(args, a.Ref)
+	}
+	paths, err := c.paths(a.WorkspaceRoot, a.Paths)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.git(ctx, nil, append(append(args, "--"), paths...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &GitDiffResult{Diff: toText([]byte(out)), Empty: out == ""}, nil
+}
+
+type GitLogArgs struct {
+	Root
+	Ref      string `json:"ref,omitempty" jsonschema:"Commit or range to start from. Default HEAD."`
+	Path     string `json:"path,omitempty" jsonschema:"Only commits touching this path."`
+	MaxCount int    `json:"maxCount,omitempty" jsonschema:"Maximum commits. Default 20, at most 1000."`
+}
+
+type GitCommitInfo struct {
+	Hash    string `json:"hash"`
+	Author  string `json:"author"`
+	Email   string `json:"email"`
+	Date    string `json:"date" jsonschema:"Author date, ISO 8601."`
+	Subject string `json:"subject"`
+}
+
+type GitLogResult struct {
+	Commits []GitCommitInfo `json:"commits"`
+	Count   int             `json:"count"`
+}
+
+func gitLog(ctx context.Context, c *call, a *GitLogArgs) (*GitLogResult, error) {
+	n := a.MaxCount
+	if n <= 0 {
+		n = 20
+	}
+	args := []string{"log", "--no-color", "--format=%H%x1f%an%x1f%ae%x1f%aI%x1f%s%x1e", "-n", strconv.Itoa(min(n, 1000)), "--end-of-options"}
+	if a.Ref != "" {
+		if err := validRef("ref", a.Ref); err != nil {
+			return nil, err
+		}
+		args = append(args, a.Ref)
+	}
+	args = append(args, "--")
+	if a.Path != "" {
+		ps, err := c.paths(a.WorkspaceRoot, []string{a.Path})
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, ps...)
+	}
+	out, err := c.git(ctx, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	res := &GitLogResult{Commits: []GitCommitInfo{}}
+	for _, rec := range strings.Split(out, "\x1e") {
+		f := strings.Split(strings.TrimSpace(rec), "\x1f")
+		if len(f) == 5 {
+			res.Commits = append(res.Commits, GitCommitInfo{Hash: f[0], Author: f[1], Email: f[2], Date: f[3], Subject: f[4]})
+		}
+	}
+	res.Count = len(res.Commits)
+	return res, nil
+}
+
+type GitShowArgs struct {
+	Root
+	Ref string `json:"ref,omitempty" jsonschema:"Commit to show. Default HEAD."`
+}
+
+type GitShowResult struct {
+	Ref    string `json:"ref"`
+	Output string `json:"output" jsonschema:"git show: the commit's header, message and patch."`
+}
+
+func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, error) {
+	ref := a.Ref
+	if ref == "" {
+		ref = "HEAD"
+	}
+	if err := validRef("ref", ref); err != nil {
+		return nil, err
+	}
+	out, err := c.git(ctx, nil, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref, "--")
+	if err != nil {
+		return nil, err
+	}
+	return &GitShowResult{Ref: ref, Output: toText([]byte(out))}, nil
+}
+
+type GitCommitArgs struct {
+	Root
+	Message string   `json:"message" jsonschema:"Commit message."`
+	Paths   []string `json:"paths,omitempty" jsonschema:"Stage these paths first (git add)."`
+	All     bool     `json:"all,omitempty" jsonschema:"Stage every change first, new files included (git add -A)."`
+}
+
+type GitCommitResult struct {
+	Commit  string `json:"commit" jsonschema:"The new commit's hash."`
+	Summary string `json:"summary"`
+}
+
+func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult, error) {
+	if strings.TrimSpace(a.Message) == "" {
+		return nil, invalidf("message", "message must not be empty")
+	}
+	paths, err := c.paths(a.WorkspaceRoot, a.Paths)
+	if err != nil {
+		return nil, err
+	}
+	if a.All {
+		if _, err := c.git(ctx, nil, "add", "-A"); err != nil {
+			return nil, err
+		}
+	}
+	if len(paths) > 0 {
+		if _, err := c.git(ctx, nil, append([]string{"add", "--"}, paths...)...); err != nil {
+			return nil, err
+		}
+	}
+	ident := []string{}
+	if email, _ := c.git(ctx, nil, "config", "user.email"); strings.TrimSpace(email) == "" {
+		ident = []string{"-c", "user.name=" + c.caller.Subject, "-c", "user.email=" + c.caller.Subject + "@cws.invalid"}
+	}
+	out, err := c.git(ctx, []byte(a.Message), append(ident, "commit", "--no-verify", "-F", "-")...)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := c.git(ctx, nil, "rev-parse", "HEAD")
+	if err != nil {
+		return nil, err
+	}
+	return &GitCommitResult{Commit: strings.TrimSpace(hash), Summary: strings.TrimSpace(out)}, nil
+}
+
+type GitBranchArgs struct {
+	Root
+	Create     string `json:"create,omitempty" jsonschema:"Create a branch with this name."`
+	StartPoint string `json:"startPoint,omitempty" jsonschema:"Where a created branch starts. Default HEAD."`
+	Delete     string `json:"delete,omitempty" jsonschema:"Delete this (merged) branch."`
+}
+
+type GitBranchResult struct {
+	Current  string   `json:"current"`
+	Branches []string `json:"branches"`
+}
+
+func gitBranch(ctx context.Context, c *call, a *GitBranchArgs) (*GitBranchResult, error) {
+	switch {
+	case a.Create != "":
+		if err := validRef("create", a.Create); err != nil {
+			return nil, err
+		}
+		args := []string{"branch", "--end-of-options", a.Create}
+		if a.StartPoint != "" {
+			if err := validRef("startPoint", a.StartPoint); err != nil {
+				return nil, err
+			}
+			args = append(args, a.StartPoint)
+		}
+		if _, err := c.git(ctx, nil, args...); err != nil {
+			return nil, err
+		}
+	case a.Delete != "":
+		if err := validRef("delete", a.Delete); err != nil {
+			return nil, err
+		}
+		if _, err := c.git(ctx, nil, "branch", "-d", "--end-of-options", a.Delete); err != nil {
+			return nil, err
+		}
+	}
+	out, err := c.git(ctx, nil, "for-each-ref", "--format=%(HEAD)%(refname:short)", "refs/heads/")
+	if err != nil {
+		return nil, err
+	}
+	res := &GitBranchResult{Branches: []string{}}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l == "" {
+			continue
+		}
+		name := l[1:]
+		if l[0] == '*' {
+			res.Current = name
+		}
+		res.Branches = append(res.Branches, name)
+	}
+	if res.Current == "" {
+		cur, _ := c.git(ctx, nil, "symbolic-ref", "--short", "-q", "HEAD")
+		res.Current = strings.TrimSpace(cur)
+	}
+	return res, nil
+}
+
+type GitCheckoutArgs struct {
+	Root
+	Ref    string `json:"ref" jsonschema:"Branch or commit to check out."`
+	Create bool   `json:"create,omitempty" jsonschema:"Create ref as a new branch at HEAD and switch to it."`
+}
+
+type GitCheckoutResult struct {
+	Ref     string `json:"ref"`
+	Message string `json:"message"`
+}
+
+func gitCheckout(ctx context.Context, c *call, a *GitCheckoutArgs) (*GitCheckoutResult, error) {
+	if err := validRef("ref", a.Ref); err != nil {
+		return nil, err
+	}
+	args := []string{"checkout", "--end-of-options", a.Ref, "--"}
+	if a.Create {
+		args = []string{"checkout", "-b", a.Ref}
+	}
+	out, err := c.git(ctx, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &GitCheckoutResult{Ref: a.Ref, Message: strings.TrimSpace(out)}, nil
+}
