@@ -1,0 +1,152 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/cwsdev/cws/sandbox"
+)
+
+// ensureAgentVolume makes sure the agent volume exists and holds this driver's agent
+// binary. It does the work once per Driver; concurrent callers wait for the first.
+//
+// The volume is filled through a throwaway container of image (the session's image, so
+// no other image is needed): created, never started, with the volume mounted rw at
+// /.cws, and CopyToContainer writes the binary into the volume. Docker permits the copy
+// although the container's rootfs is read-only, because the destination is a volume.
+//
+// Two cws replicas may race on a fresh volume; they write identical bytes. The only
+// window is a session started by one replica while the other rewrites the file.
+func (d *Driver) ensureAgentVolume(ctx context.Context, image string) error {
+	select {
+	case d.agentSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("agent volume %s: %w", d.agentVolume, ctx.Err())
+	}
+	defer func() { <-d.agentSem }()
+	if d.agentReady {
+		return nil
+	}
+	if err := d.fillAgentVolume(ctx, image); err != nil {
+		return fmt.Errorf("agent volume %s: %w", d.agentVolume, err)
+	}
+	d.agentReady = true
+	return nil
+}
+
+func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {
+	suffix := d.agentVolume[len("cws-agent-"):]
+	// VolumeCreate is idempotent: an existing volume of that name is returned as is.
+	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{
+		Name:   d.agentVolume,
+		Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: suffix},
+	}); err != nil {
+		return fmt.Errorf("create volume: %w", err)
+	}
+
+	id, err := d.createFiller(ctx, image, suffix)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := d.cli.ContainerRemove(rmCtx, id, container.RemoveOptions{Force: true}); err != nil {
+			d.log.Warn("remove agent filler container", "container", id, "err", err)
+		}
+	}()
+
+	st, err := d.cli.ContainerStatPath(ctx, id, agentPath)
+	switch {
+	case err == nil && st.Size == d.agentSize && st.Mode.IsRegular() && st.Mode.Perm() == 0o755:
+		d.log.Debug("agent volume ready", "volume", d.agentVolume)
+		return nil
+	case err != nil && !cerrdefs.IsNotFound(err):
+		return fmt.Errorf("stat %s: %w", agentPath, err)
+	}
+
+	archive, err := d.agentTar()
+	if err != nil {
+		return err
+	}
+	if err := d.cli.CopyToContainer(ctx, id, sandbox.AgentDir, bytes.NewReader(archive), container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("copy agent into volume: %w", err)
+	}
+	d.log.Info("agent volume filled", "volume", d.agentVolume, "image", image, "bytes", d.agentSize)
+	return nil
+}
+
+// createFiller creates (never starts) the throwaway container that mounts the agent
+// volume read-write. Its entrypoint is only there so images without CMD can be created.
+func (d *Driver) createFiller(ctx context.Context, image, suffix string) (string, error) {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := "cws-agent-fill-" + suffix + "-" + hex.EncodeToString(rnd[:])
+	cfg := &container.Config{
+		Image:      image,
+		Entrypoint: []string{agentPath},
+		User:       "0:0",
+		Labels:     map[string]string{sandbox.LabelAgent: suffix},
+	}
+	host := &container.HostConfig{
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Mounts: []mount.Mount{{
+			Type: mount.TypeVolume, Source: d.agentVolume, Target: sandbox.AgentDir,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		}},
+	}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", fmt.Errorf("%w: image %q is not on the engine: %v", ErrInvalid, image, err)
+		}
+		return "", fmt.Errorf("create filler container from %s: %w", image, err)
+	}
+	return resp.ID, nil
+}
+
+// agentTar is a tar of one file, cws-agent (0755, root), read now and checked against
+// the hash New took, so a binary replaced on disk is never installed under the old name.
+func (d *Driver) agentTar() ([]byte, error) {
+	bin, err := os.ReadFile(d.agentPath)
+	if err != nil {
+		return nil, fmt.Errorf("read agent binary: %w", err)
+	}
+	if sum := sha256.Sum256(bin); hex.EncodeToString(sum[:]) != d.agentSHA256 {
+		return nil, fmt.Errorf("agent binary %s changed on disk since the driver started", d.agentPath)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     "cws-agent",
+		Mode:     0o755,
+		Size:     int64(len(bin)),
+		ModTime:  time.Now(),
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return nil, fmt.Errorf("tar agent: %w", err)
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, fmt.Errorf("tar agent: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("tar agent: %w", err)
+	}
+	return buf.Bytes(), nil
+}

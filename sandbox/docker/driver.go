@@ -1,0 +1,145 @@
+// Package docker is the Docker driver for sandboxes: it creates, starts, attaches to,
+// inspects and removes one hardened container per session, and injects the static
+// cws-agent into any image through a read-only, content-addressed agent volume.
+//
+// Everything the driver owns carries the sandbox.Label* labels, so a restarted cws can
+// find it again with List. The driver keeps no state besides the Docker client and
+// whether the agent volume is known to be ready.
+package docker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/version"
+)
+
+// Defaults for the sandbox.Limits fields that are zero, and for Config.StopTimeout.
+const (
+	DefaultNanoCPUs     = 1_000_000_000 // 1 CPU
+	DefaultMemoryBytes  = 1 << 30       // 1 GiB of memory, and no swap (MemorySwap == Memory)
+	DefaultPids         = 256           // processes and threads
+	DefaultNoFile       = 4096          // open files (RLIMIT_NOFILE, soft == hard)
+	DefaultFileSize     = 1 << 30       // 1 GiB, the largest file a process may write (RLIMIT_FSIZE)
+	DefaultTmpSizeBytes = 256 << 20     // 256 MiB tmpfs at /tmp
+	DefaultStopTimeout  = 5 * time.Second
+	DefaultUser         = "1000:1000" // the tool uid:gid when sandbox.Spec.User is empty
+)
+
+// Config configures a Driver.
+type Config struct {
+	// AgentBinary is the path of the static cws-agent binary that is injected into
+	// every container. Required. It is hashed once by New; the hash names the agent
+	// volume, so a new binary gets a new volume.
+	AgentBinary string
+
+	// StopTimeout is how long Stop waits after SIGTERM before Docker sends SIGKILL.
+	// Docker counts it in whole seconds. Zero means DefaultStopTimeout (5 s).
+	StopTimeout time.Duration
+
+	// Log receives the driver's logs. Nil discards them.
+	Log *slog.Logger
+
+	// Defaults applies to every sandbox.Limits field that is zero in a Spec. Its own
+	// zero fields mean the package defaults: NanoCPUs 1 CPU (1e9), MemoryBytes 1 GiB
+	// (MemorySwap is set equal, so no swap), Pids 256, NoFile 4096, FileSizeBytes
+	// 1 GiB, TmpSizeBytes 256 MiB.
+	Defaults sandbox.Limits
+}
+
+// Driver runs sandboxes as Docker containers. It is safe for concurrent use.
+type Driver struct {
+	cli         *client.Client
+	log         *slog.Logger
+	stopTimeout time.Duration
+	defaults    sandbox.Limits
+
+	agentPath   string
+	agentSHA256 string // hex
+	agentSize   int64
+	agentVolume string // cws-agent-<version>-<12 hex>
+
+	// agentSem serializes populating the agent volume; agentReady is guarded by it.
+	agentSem   chan struct{}
+	agentReady bool
+}
+
+// New returns a Driver that talks to the Docker engine named by the environment
+// (DOCKER_HOST and friends), negotiating the API version with it. It hashes the agent
+// binary; it does not contact the engine.
+func New(cfg Config) (*Driver, error) {
+	if cfg.AgentBinary == "" {
+		return nil, errors.New("docker driver: AgentBinary is required")
+	}
+	sum, size, err := hashFile(cfg.AgentBinary)
+	if err != nil {
+		return nil, fmt.Errorf("docker driver: hash agent binary: %w", err)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker driver: client: %w", err)
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	stop := cfg.StopTimeout
+	if stop <= 0 {
+		stop = DefaultStopTimeout
+	}
+	d := &Driver{
+		cli:         cli,
+		log:         log.With("component", "sandbox/docker"),
+		stopTimeout: stop,
+		defaults:    withDefaults(cfg.Defaults, packageDefaults),
+		agentPath:   cfg.AgentBinary,
+		agentSHA256: sum,
+		agentSize:   size,
+		agentVolume: agentVolumeName(sum),
+		agentSem:    make(chan struct{}, 1),
+	}
+	return d, nil
+}
+
+// Close releases the Docker client. Sandboxes outlive the driver.
+func (d *Driver) Close() error {
+	return d.cli.Close()
+}
+
+// AgentVolume is the name of the volume that holds this driver's agent binary.
+func (d *Driver) AgentVolume() string { return d.agentVolume }
+
+// agentVolumeName is cws-agent-<version>-<first 12 hex of the binary's sha256>.
+func agentVolumeName(sum string) string {
+	return "cws-agent-" + version.Version + "-" + sum[:12]
+}
+
+func hashFile(path string) (sum string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return "", 0, fmt.Errorf("%s is not a regular file", path)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}

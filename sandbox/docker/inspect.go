@@ -1,0 +1,75 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/cwsdev/cws/sandbox"
+)
+
+// Inspect reports one sandbox by container id or name. A missing container is ErrNotFound.
+func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
+	c, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return sandbox.Info{}, notFound("inspect sandbox", id, err)
+	}
+	if !managed(c) {
+		return sandbox.Info{}, fmt.Errorf("inspect sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
+	}
+	running := c.State != nil && c.State.Running
+	info := infoFrom(c.ID, c.Config.Labels, running)
+	if v := workspaceVolume(c.Mounts); v != "" {
+		info.Volume = v
+	}
+	return info, nil
+}
+
+// managed reports whether a container is one of ours (cws.managed=true).
+func managed(c container.InspectResponse) bool {
+	return c.Config != nil && c.Config.Labels[sandbox.LabelManaged] == "true"
+}
+
+// infoFrom builds an Info from a container's id, labels and state.
+func infoFrom(id string, labels map[string]string, running bool) sandbox.Info {
+	info := sandbox.Info{
+		ID:      id,
+		Session: labels[sandbox.LabelSession],
+		Tenant:  labels[sandbox.LabelTenant],
+		Running: running,
+	}
+	if info.Session != "" {
+		info.Volume = volumeName(info.Session)
+	}
+	if s := labels[sandbox.LabelExpires]; s != "" {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			info.Expires = t
+		}
+	}
+	return info
+}
+
+// workspaceVolume is the name of the volume mounted at /workspace, if any.
+func workspaceVolume(mounts []container.MountPoint) string {
+	for _, m := range mounts {
+		if m.Destination == sandbox.WorkspaceDir && m.Name != "" {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// toolUser is the uid:gid that tool processes run as in a container: its CWS_UID_GID.
+func toolUser(c container.InspectResponse) string {
+	if c.Config != nil {
+		for _, e := range c.Config.Env {
+			if v, ok := strings.CutPrefix(e, envUIDGID+"="); ok && userRE.MatchString(v) {
+				return v
+			}
+		}
+	}
+	return DefaultUser
+}

@@ -1,0 +1,45 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/cwsdev/cws/sandbox"
+)
+
+// Remove force-removes a sandbox's container and its workspace volume. It is
+// idempotent: a sandbox that is already gone is success.
+//
+// The volume is found from the container (its /workspace mount, else its session
+// label). A volume whose container is already gone is left for reconciliation.
+func (d *Driver) Remove(ctx context.Context, id string) error {
+	c, err := d.cli.ContainerInspect(ctx, id)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove sandbox %s: inspect: %w", id, err)
+	}
+	if !managed(c) {
+		return fmt.Errorf("remove sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
+	}
+	vol := workspaceVolume(c.Mounts)
+	if vol == "" && c.Config != nil {
+		if s := c.Config.Labels[sandbox.LabelSession]; s != "" {
+			vol = volumeName(s)
+		}
+	}
+	if err := d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove sandbox %s: remove container: %w", id, err)
+	}
+	if vol != "" {
+		if err := d.cli.VolumeRemove(ctx, vol, true); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove sandbox %s: remove volume %s: %w", id, vol, err)
+		}
+	}
+	d.log.Info("sandbox removed", "container", c.ID, "volume", vol)
+	return nil
+}

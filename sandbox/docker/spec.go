@@ -1,0 +1,183 @@
+package docker
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/cwsdev/cws/sandbox"
+)
+
+// envUIDGID carries the tool uid:gid to the agent's init, which chowns the workspace
+// and then drops to it. Attach and Exec read it back from the container.
+const envUIDGID = "CWS_UID_GID"
+
+// agentPath is the agent binary inside every container.
+const agentPath = sandbox.AgentDir + "/cws-agent"
+
+var packageDefaults = sandbox.Limits{
+	NanoCPUs:      DefaultNanoCPUs,
+	MemoryBytes:   DefaultMemoryBytes,
+	Pids:          DefaultPids,
+	NoFile:        DefaultNoFile,
+	FileSizeBytes: DefaultFileSize,
+	TmpSizeBytes:  DefaultTmpSizeBytes,
+}
+
+var (
+	// sessionRE keeps session ids valid inside Docker container and volume names.
+	sessionRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+	userRE    = regexp.MustCompile(`^[0-9]{1,10}:[0-9]{1,10}$`)
+)
+
+// containerName and volumeName name a session's container and workspace volume.
+func containerName(session string) string { return "cws-" + session }
+func volumeName(session string) string    { return "cws-ws-" + session }
+
+// withDefaults fills the zero fields of l from def.
+func withDefaults(l, def sandbox.Limits) sandbox.Limits {
+	pick := func(v, d int64) int64 {
+		if v > 0 {
+			return v
+		}
+		return d
+	}
+	return sandbox.Limits{
+		NanoCPUs:      pick(l.NanoCPUs, def.NanoCPUs),
+		MemoryBytes:   pick(l.MemoryBytes, def.MemoryBytes),
+		Pids:          pick(l.Pids, def.Pids),
+		NoFile:        pick(l.NoFile, def.NoFile),
+		FileSizeBytes: pick(l.FileSizeBytes, def.FileSizeBytes),
+		TmpSizeBytes:  pick(l.TmpSizeBytes, def.TmpSizeBytes),
+	}
+}
+
+// validate rejects specs that Docker would reject less clearly, or that would be unsafe.
+func validate(spec sandbox.Spec) error {
+	if !sessionRE.MatchString(spec.Session) {
+		return fmt.Errorf("%w: session id %q must match %s", ErrInvalid, spec.Session, sessionRE)
+	}
+	if spec.Image == "" {
+		return fmt.Errorf("%w: image is required", ErrInvalid)
+	}
+	if spec.User != "" && !nonRoot(spec.User) {
+		return fmt.Errorf("%w: user %q must be a numeric, non-root uid:gid", ErrInvalid, spec.User)
+	}
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("%w: env name %q", ErrInvalid, k)
+		}
+	}
+	return nil
+}
+
+// nonRoot reports whether user is "uid:gid", both numeric and neither 0.
+func nonRoot(user string) bool {
+	if !userRE.MatchString(user) {
+		return false
+	}
+	u, g, _ := strings.Cut(user, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	return err1 == nil && err2 == nil && uid != 0 && gid != 0
+}
+
+// labels are spec.Labels plus the cws.* labels. Every key under the reserved "cws."
+// prefix comes from the driver, never from the spec.
+func labels(spec sandbox.Spec) map[string]string {
+	l := make(map[string]string, len(spec.Labels)+4)
+	for k, v := range spec.Labels {
+		if !strings.HasPrefix(k, "cws.") {
+			l[k] = v
+		}
+	}
+	l[sandbox.LabelManaged] = "true"
+	l[sandbox.LabelSession] = spec.Session
+	l[sandbox.LabelTenant] = spec.Tenant
+	l[sandbox.LabelExpires] = ""
+	if !spec.Expires.IsZero() {
+		l[sandbox.LabelExpires] = spec.Expires.UTC().Format(time.RFC3339)
+	}
+	return l
+}
+
+// env is spec.Env, sorted, with CWS_UID_GID last (the spec cannot override it).
+func env(spec sandbox.Spec) []string {
+	user := spec.User
+	if user == "" {
+		user = DefaultUser
+	}
+	out := make([]string, 0, len(spec.Env)+1)
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if k != envUIDGID {
+			out = append(out, k+"="+spec.Env[k])
+		}
+	}
+	return append(out, envUIDGID+"="+user)
+}
+
+// containerConfig is the hardened container for spec. See DESIGN.md, "The sandbox".
+func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+	lim := withDefaults(spec.Limits, d.defaults)
+	stop := int(d.stopTimeout.Round(time.Second) / time.Second)
+	cfg := &container.Config{
+		Image: spec.Image,
+		// The agent is PID 1: it reaps zombies, so Docker's init stays off. Its init
+		// starts as root only to chown the workspace volume, then drops to the tool
+		// uid:gid (setgid/setuid) for good; every long-lived process is non-root with
+		// no effective capabilities.
+		Entrypoint:  []string{agentPath, "init"},
+		Cmd:         nil,
+		User:        "0:0",
+		WorkingDir:  sandbox.WorkspaceDir,
+		Env:         env(spec),
+		Labels:      labels(spec),
+		StopTimeout: &stop,
+	}
+	network := container.NetworkMode("none")
+	if spec.Network {
+		network = "bridge"
+	}
+	pids := lim.Pids
+	host := &container.HostConfig{
+		NetworkMode:   network,
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // cws reconciles
+		// Trade-off: init needs CHOWN (workspace volume) and SETUID/SETGID (to drop to
+		// the tool uid) for its first milliseconds. They stay in the bounding set, but
+		// no-new-privileges and the non-root uid leave every later process with zero
+		// effective capabilities; the alternative (chown in a separate root exec before
+		// start) costs a round trip per create and still needs CHOWN somewhere.
+		CapDrop:        []string{"ALL"},
+		CapAdd:         []string{"CHOWN", "SETUID", "SETGID"},
+		SecurityOpt:    []string{"no-new-privileges"}, // the default seccomp profile stays on
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d", lim.TmpSizeBytes)},
+		Init:           new(false),
+		Resources: container.Resources{
+			NanoCPUs:   lim.NanoCPUs,
+			Memory:     lim.MemoryBytes,
+			MemorySwap: lim.MemoryBytes,
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: lim.NoFile, Hard: lim.NoFile},
+				{Name: "fsize", Soft: lim.FileSizeBytes, Hard: lim.FileSizeBytes},
+			},
+		},
+		// Never the Docker socket, never a host path.
+		Mounts: []mount.Mount{
+			{Type: mount.TypeVolume, Source: volumeName(spec.Session), Target: sandbox.WorkspaceDir},
+			{
+				Type: mount.TypeVolume, Source: d.agentVolume, Target: sandbox.AgentDir, ReadOnly: true,
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+			},
+		},
+	}
+	return cfg, host
+}

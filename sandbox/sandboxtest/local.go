@@ -1,0 +1,142 @@
+// Package sandboxtest provides Local, an in-process sandbox driver for tests of the
+// layers above the sandbox: each "container" is a temp directory served by a real
+// agent server (sandbox/agent/server) over net.Pipe, so the wire protocol, path
+// resolution and guard are the real ones; only Docker is left out. Commands run on the
+// host as the test's user.
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent/server"
+)
+
+// Local is an in-process sandbox driver.
+type Local struct {
+	t  testing.TB
+	mu sync.Mutex
+	sb map[string]*local
+	n  int
+	// Attaches counts Attach calls, so tests can assert that no sandbox was touched.
+	Attaches int
+	// Creates counts Create calls.
+	Creates int
+}
+
+type local struct {
+	info sandbox.Info
+	dir  string
+	srv  *server.Server
+	lbl  map[string]string
+}
+
+// New returns an empty Local whose sandboxes are removed when the test ends.
+func New(t testing.TB) *Local {
+	l := &Local{t: t, sb: map[string]*local{}}
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, s := range l.sb {
+			s.srv.Close()
+			os.RemoveAll(s.dir)
+		}
+	})
+	return l
+}
+
+// Create makes a sandbox: a fresh temp directory with an agent server on it.
+func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	dir, err := os.MkdirTemp("", "cws-local-")
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	srv, err := server.New(server.Config{Root: dir, Version: "test"})
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	l.Creates++
+	id := fmt.Sprintf("local-%d", l.n)
+	info := sandbox.Info{ID: id, Session: spec.Session, Tenant: spec.Tenant, Expires: spec.Expires, Running: true, Volume: dir}
+	lbl := maps.Clone(spec.Labels)
+	if lbl == nil {
+		lbl = map[string]string{}
+	}
+	lbl[sandbox.LabelManaged], lbl[sandbox.LabelSession], lbl[sandbox.LabelTenant] = "true", spec.Session, spec.Tenant
+	l.sb[id] = &local{info: info, dir: dir, srv: srv, lbl: lbl}
+	return info, nil
+}
+
+// Attach opens a fresh stream to the sandbox's agent.
+func (l *Local) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Attaches++
+	s, ok := l.sb[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: not found", id)
+	}
+	c, srvSide := net.Pipe()
+	go s.srv.ServeConn(srvSide)
+	return c, nil
+}
+
+// Remove deletes the sandbox and its directory; unknown ids are not an error.
+func (l *Local) Remove(ctx context.Context, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sb[id]; ok {
+		s.srv.Close()
+		os.RemoveAll(s.dir)
+		delete(l.sb, id)
+	}
+	return nil
+}
+
+// List returns the sandboxes carrying all the given labels.
+func (l *Local) List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []sandbox.Info
+next:
+	for _, s := range l.sb {
+		for k, v := range labels {
+			if s.lbl[k] != v {
+				continue next
+			}
+		}
+		out = append(out, s.info)
+	}
+	return out, nil
+}
+
+// Dir is the sandbox's workspace directory on the host, for tests to inspect.
+func (l *Local) Dir(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sb[id]; ok {
+		return s.dir
+	}
+	return ""
+}
+
+// Path joins a workspace-relative path onto the sandbox's directory.
+func (l *Local) Path(id, rel string) string { return filepath.Join(l.Dir(id), rel) }
+
+// Count is the number of live sandboxes.
+func (l *Local) Count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sb)
+}
