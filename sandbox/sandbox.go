@@ -11,6 +11,8 @@ const (
 	LabelSession = "cws.session" // session id
 	LabelTenant  = "cws.tenant"  // tenant id
 	LabelExpires = "cws.expires" // RFC 3339 hard expiry
+	LabelSubject = "cws.sub"     // the JWT subject that created the session
+	LabelImage   = "cws.image"   // the workspace image, as requested
 	LabelAgent   = "cws.agent"   // on the agent volume: the agent's version-hash
 )
 
@@ -24,6 +26,7 @@ const AgentDir = "/.cws"
 type Spec struct {
 	Session string    // session id; names the container and the volume
 	Tenant  string    // tenant id, recorded as a label
+	Subject string    // the creating subject, recorded as a label
 	Image   string    // any image; the agent is injected
 	Expires time.Time // hard expiry, recorded as a label; zero means none
 	Network bool      // true allows egress (bridge network); false is NetworkMode none
@@ -48,6 +51,8 @@ type Info struct {
 	ID      string // container id
 	Session string
 	Tenant  string
+	Subject string
+	Image   string
 	Expires time.Time
 	Running bool
 	Volume  string // the workspace volume's name

@@ -13,10 +13,10 @@ const (
 type Session struct {
 	ID        string            `json:"id"`
 	Tenant    string            `json:"tenant"`
-	Subject   string            `json:"sub"`             // the JWT sub that created it
-	Image     string            `json:"image"`           // the workspace image
-	Sandbox   string            `json:"sandbox"`         // the driver's id (container id)
-	State     string            `json:"state"`           // creating, ready, failed
+	Subject   string            `json:"sub"`              // the JWT sub that created it
+	Image     string            `json:"image"`            // the workspace image
+	Sandbox   string            `json:"sandbox"`          // the driver's id (container id)
+	State     string            `json:"state"`            // creating, ready, failed
 	Labels    map[string]string `json:"labels,omitempty"` // the caller's labels
 	CreatedAt time.Time         `json:"createdAt"`
 	LastUsed  time.Time         `json:"lastUsed"`

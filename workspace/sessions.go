@@ -173,7 +173,7 @@ func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string) 
 			lim.FileSizeBytes = l.FileSizeMB << 20
 		}
 	}
-	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Image: sess.Image, Expires: sess.ExpiresAt,
+	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Subject: sess.Subject, Image: sess.Image, Expires: sess.ExpiresAt,
 		Network: tp.Network, Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim}
 }
 

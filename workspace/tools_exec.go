@@ -17,8 +17,8 @@ const (
 
 type RunCommandArgs struct {
 	Root
-	Command string              `json:"command" jsonschema:"Program to run: a bare name on the fixed PATH, allowed by policy. No shell: put arguments in args."`
-	Args    []string            `json:"args,omitempty" jsonschema:"Command arguments."`
+	Command string             `json:"command" jsonschema:"Program to run: a bare name on the fixed PATH, allowed by policy. No shell: put arguments in args."`
+	Args    []string           `json:"args,omitempty" jsonschema:"Command arguments."`
 	Options *RunCommandOptions `json:"options,omitempty"`
 }
 

@@ -314,15 +314,35 @@ func findFiles(ctx context.Context, c *call, a *FindFilesArgs) (*FindFilesResult
 	if maxR <= 0 {
 		maxR = 1000
 	}
-	r, err := c.agent.List(ctx, agent.ListArgs{Path: rel, Recursive: true, Globs: []string{glob}, MaxEntries: min(maxR, maxListEntries), Guard: c.guard})
-	if err != nil {
-		return nil, err
-	}
-	res := &FindFilesResult{Pattern: a.Pattern, Files: make([]string, 0, len(r.Entries)), Truncated: r.Truncated}
-	for _, e := range r.Entries {
-		if e.Type != agent.TypeDir {
-			res.Files = append(res.Files, e.Path)
+	// Directories the glob matches count against the agent's MaxEntries but are not
+	// results: ask for more until maxR files are found or the listing is complete.
+	var r agent.ListResult
+	files := 0
+	for limit := min(maxR, maxListEntries); ; limit = min(limit*2, maxListEntries) {
+		r, err = c.agent.List(ctx, agent.ListArgs{Path: rel, Recursive: true, Globs: []string{glob}, MaxEntries: limit, Guard: c.guard})
+		if err != nil {
+			return nil, err
 		}
+		files = 0
+		for _, e := range r.Entries {
+			if e.Type != agent.TypeDir {
+				files++
+			}
+		}
+		if !r.Truncated || files >= maxR || limit == maxListEntries {
+			break
+		}
+	}
+	res := &FindFilesResult{Pattern: a.Pattern, Files: make([]string, 0, min(files, maxR)), Truncated: r.Truncated}
+	for _, e := range r.Entries {
+		if e.Type == agent.TypeDir {
+			continue
+		}
+		if len(res.Files) == maxR {
+			res.Truncated = true
+			break
+		}
+		res.Files = append(res.Files, e.Path)
 	}
 	res.Count = len(res.Files)
 	return res, nil

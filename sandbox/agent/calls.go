@@ -115,3 +115,23 @@ func (c *Client) ProcKill(ctx context.Context, a ProcKillArgs) (ProcInfo, error)
 	err := c.Call(ctx, OpProcKill, a, nil, nil, &r)
 	return r, err
 }
+
+// TarOut streams a directory as a tar archive into w.
+func (c *Client) TarOut(ctx context.Context, a TarOutArgs, w io.Writer) (TarResult, error) {
+	var r TarResult
+	err := c.Call(ctx, OpTarOut, a, nil, func(ev string, data []byte) error {
+		if ev != EventData {
+			return nil
+		}
+		_, err := w.Write(data)
+		return err
+	}, &r)
+	return r, err
+}
+
+// TarIn extracts the tar archive read from archive into a directory.
+func (c *Client) TarIn(ctx context.Context, a TarInArgs, archive io.Reader) (TarResult, error) {
+	var r TarResult
+	err := c.CallStream(ctx, OpTarIn, a, archive, nil, &r)
+	return r, err
+}

@@ -169,6 +169,16 @@ func idempotent(op string) bool {
 }
 
 func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body []byte, onEvent EventFunc, result any) error {
+	return c.do(ctx, op, &Header{Op: op, Args: args}, body, nil, onEvent, result)
+}
+
+func (c *Client) callStream(ctx context.Context, op string, args json.RawMessage, in io.Reader, onEvent EventFunc, result any) error {
+	return c.do(ctx, op, &Header{Op: op, Args: args, Stream: true}, nil, in, onEvent, result)
+}
+
+// do sends the request (and, for a streamed one, its body as data events) and reads
+// events until the done frame.
+func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in io.Reader, onEvent EventFunc, result any) error {
 	sess, err := c.session(ctx)
 	if err != nil {
 		return err
@@ -179,9 +189,32 @@ func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body
 		return fmt.Errorf("%w: %w: open stream: %v", ErrUnavailable, errRetryable, err)
 	}
 	defer st.Close()
-	if err := WriteFrame(st, &Header{Op: op, Args: args}, body); err != nil {
+	if err := WriteFrame(st, req, body); err != nil {
 		c.drop(sess)
 		return fmt.Errorf("%w: %w: send %s: %v", ErrUnavailable, errRetryable, op, err)
+	}
+
+	// One writer at a time on the stream: the body sender, then the canceller.
+	var wmu sync.Mutex
+	if in != nil {
+		go func() {
+			buf := make([]byte, ChunkSize)
+			for {
+				n, rerr := in.Read(buf)
+				wmu.Lock()
+				var werr error
+				if n > 0 {
+					werr = WriteFrame(st, &Header{Event: EventData}, buf[:n])
+				}
+				if rerr != nil && werr == nil {
+					werr = WriteFrame(st, &Header{Event: EventEOF}, nil)
+				}
+				wmu.Unlock()
+				if rerr != nil || werr != nil {
+					return
+				}
+			}
+		}()
 	}
 
 	// A canceled ctx tells the agent to stop (it kills the process group) and ends the read.
@@ -191,9 +224,10 @@ func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body
 		select {
 		case <-finished:
 		case <-ctx.Done():
+			wmu.Lock()
 			_ = WriteFrame(st, &Header{Cancel: true}, nil)
+			wmu.Unlock()
 			_ = st.SetReadDeadline(time.Now()) // unblock the read below now
-
 		}
 	}()
 
@@ -226,4 +260,14 @@ func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body
 			}
 		}
 	}
+}
+
+// CallStream is Call with a streamed request body: body is sent in chunks while the
+// agent reads it, so an upload of any size never sits in memory. It is never retried.
+func (c *Client) CallStream(ctx context.Context, op string, args any, body io.Reader, onEvent EventFunc, result any) error {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("encode %s args: %w", op, err)
+	}
+	return c.callStream(ctx, op, raw, body, onEvent, result)
 }

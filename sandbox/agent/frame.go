@@ -25,10 +25,13 @@ type Header struct {
 	Op   string          `json:"op,omitempty"`
 	Args json.RawMessage `json:"args,omitempty"`
 
+	// Stream marks a request whose body follows in data events, ended by an eof event.
+	Stream bool `json:"stream,omitempty"`
+
 	// Cancel frame (client → server).
 	Cancel bool `json:"cancel,omitempty"`
 
-	// Event frames (server → client): "data", "stdout", "stderr".
+	// Event frames: "data", "stdout", "stderr" (server → client); "data", "eof" (client → server).
 	Event string `json:"ev,omitempty"`
 
 	// Done frame (server → client).

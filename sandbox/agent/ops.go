@@ -22,6 +22,8 @@ const (
 	OpProcList   = "proc.list"
 	OpProcOutput = "proc.output"
 	OpProcKill   = "proc.kill"
+	OpTarOut     = "tar.out"
+	OpTarIn      = "tar.in"
 )
 
 // Event names carried by event frames.
@@ -29,6 +31,7 @@ const (
 	EventData   = "data"
 	EventStdout = "stdout"
 	EventStderr = "stderr"
+	EventEOF    = "eof"
 )
 
 // File types in FileInfo.Type.
@@ -238,3 +241,26 @@ type ProcKillArgs struct {
 // SafePath is the only PATH commands are resolved on and run with: never the workspace,
 // never a caller's PATH.
 const SafePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// TarOutArgs streams a directory as a tar archive (data events). Guard-denied paths are
+// left out; symlinks are archived as links.
+type TarOutArgs struct {
+	Path  string       `json:"path,omitempty"`
+	Guard *guard.Guard `json:"guard,omitempty"`
+}
+
+// TarInArgs extracts the streamed request body, a tar archive, into a directory.
+// Entries are resolved beneath the workspace like any path; hard links and devices are
+// refused. MaxBytes bounds the total of file contents; 0 means no limit.
+type TarInArgs struct {
+	Path     string       `json:"path,omitempty"`
+	MaxBytes int64        `json:"maxBytes,omitempty"`
+	Guard    *guard.Guard `json:"guard,omitempty"`
+}
+
+// TarResult counts what was archived or extracted.
+type TarResult struct {
+	Files int   `json:"files"`
+	Dirs  int   `json:"dirs"`
+	Bytes int64 `json:"bytes"`
+}

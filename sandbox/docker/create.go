@@ -64,6 +64,8 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 		ID:      resp.ID,
 		Session: spec.Session,
 		Tenant:  spec.Tenant,
+		Subject: spec.Subject,
+		Image:   spec.Image,
 		Running: true,
 		Volume:  vol,
 	}

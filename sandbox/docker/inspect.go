@@ -39,6 +39,8 @@ func infoFrom(id string, labels map[string]string, running bool) sandbox.Info {
 		ID:      id,
 		Session: labels[sandbox.LabelSession],
 		Tenant:  labels[sandbox.LabelTenant],
+		Subject: labels[sandbox.LabelSubject],
+		Image:   labels[sandbox.LabelImage],
 		Running: running,
 	}
 	if info.Session != "" {

@@ -101,6 +101,8 @@ func labels(spec sandbox.Spec) map[string]string {
 	l[sandbox.LabelManaged] = "true"
 	l[sandbox.LabelSession] = spec.Session
 	l[sandbox.LabelTenant] = spec.Tenant
+	l[sandbox.LabelSubject] = spec.Subject
+	l[sandbox.LabelImage] = spec.Image
 	l[sandbox.LabelExpires] = ""
 	if !spec.Expires.IsZero() {
 		l[sandbox.LabelExpires] = spec.Expires.UTC().Format(time.RFC3339)

@@ -68,7 +68,7 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 	l.n++
 	l.Creates++
 	id := fmt.Sprintf("local-%d", l.n)
-	info := sandbox.Info{ID: id, Session: spec.Session, Tenant: spec.Tenant, Expires: spec.Expires, Running: true, Volume: dir}
+	info := sandbox.Info{ID: id, Session: spec.Session, Tenant: spec.Tenant, Subject: spec.Subject, Image: spec.Image, Expires: spec.Expires, Running: true, Volume: dir}
 	lbl := maps.Clone(spec.Labels)
 	if lbl == nil {
 		lbl = map[string]string{}

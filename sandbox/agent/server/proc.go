@@ -255,4 +255,3 @@ func (r *ring) since(off int64) ([]byte, int64, bool) {
 	}
 	return append([]byte(nil), r.buf[off-first:]...), r.total, dropped
 }
-

@@ -77,6 +77,8 @@ func New(cfg Config) (*Server, error) {
 		agent.OpProcList:   s.procList,
 		agent.OpProcOutput: s.procOutput,
 		agent.OpProcKill:   s.procKill,
+		agent.OpTarOut:     s.tarOut,
+		agent.OpTarIn:      s.tarIn,
 	}
 	return s, nil
 }
@@ -166,18 +168,34 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Any further frame is a cancel; EOF or a broken stream also means the host gave up.
+	r := &responder{w: st}
+	var pw *io.PipeWriter
+	if h.Stream {
+		r.in, pw = io.Pipe()
+	}
+	// Further frames: a streamed body's data and eof, or a cancel. EOF or a broken stream
+	// also means the host gave up.
 	go func() {
 		for {
-			h, _, err := agent.ReadFrame(st)
-			if err != nil || h.Cancel {
+			f, data, err := agent.ReadFrame(st)
+			switch {
+			case err != nil || f.Cancel:
 				cancel()
+				if pw != nil {
+					pw.CloseWithError(context.Canceled)
+				}
 				return
+			case pw != nil && f.Event == agent.EventData:
+				if _, err := pw.Write(data); err != nil {
+					pw = nil // the handler stopped reading
+				}
+			case pw != nil && f.Event == agent.EventEOF:
+				pw.Close()
+				pw = nil
 			}
 		}
 	}()
 
-	r := &responder{w: st}
 	var res any
 	op, ok := s.ops[h.Op]
 	if !ok {
@@ -196,10 +214,11 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	_ = r.send(done, nil)
 }
 
-// responder serialises the frames one call sends back.
+// responder serialises the frames one call sends back, and holds a streamed request body.
 type responder struct {
 	mu sync.Mutex
 	w  io.Writer
+	in io.Reader // the request body of a streamed call; nil otherwise
 }
 
 func (r *responder) send(h *agent.Header, body []byte) error {

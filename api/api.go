@@ -1,0 +1,104 @@
+// Package api is cws's HTTP surface: the REST API (/v1), MCP (/mcp, via api/mcp),
+// health, metrics and the OpenAPI document. Handlers are thin: they decode, call
+// workspace.Service and encode; errors map to HTTP in one table (errors.go).
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/cwsdev/cws/api/mcp"
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/metrics"
+	"github.com/cwsdev/cws/workspace"
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures the router.
+type Config struct {
+	Service  *workspace.Service
+	Verifier *auth.Verifier
+	MCP      *mcp.Handler
+	Metrics  *metrics.Metrics            // nil: no HTTP metrics
+	Gatherer prometheus.Gatherer         // served at /metrics; nil: the default registry
+	Ready    func(context.Context) error // readiness of Docker and the store
+	Log      *slog.Logger
+	// PublicURL is the base URL clients use (e.g. https://cws.example); it names the
+	// MCP URLs in responses and the RFC 9728 resource.
+	PublicURL string
+	// Issuers are advertised as authorization_servers in the RFC 9728 metadata.
+	Issuers []string
+}
+
+// Server is the HTTP handler with its drain switch.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	engine   *gin.Engine
+	draining atomic.Bool
+}
+
+// New builds the router.
+func New(cfg Config) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{cfg: cfg, log: cfg.Log.With("component", "api")}
+	e := gin.New()
+	e.ContextWithFallback = true
+	e.HandleMethodNotAllowed = true
+	e.Use(gin.Recovery())
+	if cfg.Metrics != nil {
+		e.Use(cfg.Metrics.GinMiddleware())
+	}
+	e.NoRoute(func(c *gin.Context) {
+		c.AbortWithStatusJSON(http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: "not_found", Message: "no such route: see /openapi.json"}})
+	})
+	e.NoMethod(func(c *gin.Context) {
+		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{Code: "method_not_allowed", Message: "method not allowed: see /openapi.json"}})
+	})
+	authed := cfg.Verifier.Middleware(auth.MiddlewareOptions{
+		ResourceMetadataURL: auth.MetadataURL(cfg.PublicURL),
+		OnFailure: func(reason string) {
+			if cfg.Metrics != nil {
+				cfg.Metrics.AuthFailure(reason)
+			}
+		},
+	})
+	for _, r := range s.routes() {
+		hs := []gin.HandlerFunc{}
+		if r.auth {
+			hs = append(hs, authed)
+		}
+		hs = append(hs, r.handler)
+		for _, m := range r.methods() {
+			e.Handle(m, r.path, hs...)
+		}
+	}
+	s.engine = e
+	return s
+}
+
+// ServeHTTP serves a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
+
+// Drain makes /readyz answer 503 so load balancers stop sending traffic.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Routes lists the registered method+path pairs (for tests and the OpenAPI check).
+func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }
+
+func caller(c *gin.Context) workspace.Caller {
+	p := auth.PrincipalFrom(c.Request.Context())
+	if p == nil {
+		return workspace.Caller{}
+	}
+	return workspace.Caller{Tenant: p.Tenant, Subject: p.Subject}
+}

@@ -1,0 +1,93 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/gin-gonic/gin"
+)
+
+// ErrorBody is every error response: {"error":{"code","message"}}, plus what a policy
+// refusal names.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes one error.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	RPCCode int64  `json:"rpcCode,omitempty"` // the seed's JSON-RPC code, for tool errors
+	Path    string `json:"path,omitempty"`
+	Rule    string `json:"rule,omitempty"`
+}
+
+// statuses maps domain errors to HTTP: the one place this happens for REST. Order
+// matters: the first match wins.
+var statuses = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{auth.ErrInvalidToken, http.StatusUnauthorized, "unauthorized"},
+	{workspace.ErrNotFound, http.StatusNotFound, "not_found"},
+	{workspace.ErrTraversal, http.StatusBadRequest, "path_traversal"},
+	{workspace.ErrCommand, http.StatusForbidden, "command_not_allowed"},
+	{workspace.ErrConfirm, http.StatusPreconditionRequired, "confirmation_required"},
+	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{workspace.ErrPolicy, http.StatusForbidden, "policy_violation"},
+	{workspace.ErrForbidden, http.StatusForbidden, "forbidden"},
+	{workspace.ErrInvalid, http.StatusBadRequest, "invalid_params"},
+	{workspace.ErrConflict, http.StatusConflict, "conflict"},
+	{workspace.ErrQuota, http.StatusTooManyRequests, "quota_exceeded"},
+	{workspace.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
+	{workspace.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout"},
+}
+
+// rpcCodes are the seed's codes for the tool-call errors.
+var rpcCodes = []struct {
+	err  error
+	code int64
+}{
+	{workspace.ErrTraversal, -32001}, {workspace.ErrCommand, -32004}, {workspace.ErrConfirm, -32005},
+	{workspace.ErrTooLarge, -32003}, {workspace.ErrPolicy, -32002}, {workspace.ErrInvalid, -32602},
+}
+
+// fail writes err as the error body. 5xx never carry the cause: it is logged.
+func fail(c *gin.Context, log *slog.Logger, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	for _, s := range statuses {
+		if errors.Is(err, s.err) {
+			status, code = s.status, s.code
+			break
+		}
+	}
+	d := ErrorDetail{Code: code, Message: err.Error()}
+	if errors.Is(err, workspace.ErrNotFound) {
+		d.Message = "not found" // the same bytes for a missing id and another tenant's
+	}
+	for _, r := range rpcCodes {
+		if errors.Is(err, r.err) {
+			d.RPCCode = r.code
+			break
+		}
+	}
+	var v *policy.Violation
+	if errors.As(err, &v) {
+		d.Path, d.Rule = v.Path, v.Rule
+	}
+	if status >= 500 {
+		log.Error("request failed", "route", c.FullPath(), "status", status, "err", err)
+		d.Message = http.StatusText(status)
+		if status == http.StatusServiceUnavailable {
+			d.Message = "temporarily unavailable, retry shortly"
+		}
+	}
+	c.AbortWithStatusJSON(status, ErrorBody{Error: d})
+}

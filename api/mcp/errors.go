@@ -1,0 +1,73 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// The seed's JSON-RPC error codes (seeds/coding-environment-tools.md).
+const (
+	CodeInvalidParams      = -32602
+	CodeInternal           = -32603
+	CodePathTraversal      = -32001
+	CodePolicyViolation    = -32002
+	CodeTooLarge           = -32003
+	CodeCommandNotAllowed  = -32004
+	CodeConfirmationNeeded = -32005
+)
+
+// codes maps each domain error to its code: the one place this happens for MCP.
+var codes = []struct {
+	err  error
+	code int64
+	msg  string
+}{
+	{workspace.ErrTraversal, CodePathTraversal, "path traversal detected"},
+	{workspace.ErrCommand, CodeCommandNotAllowed, "command not allowed"},
+	{workspace.ErrConfirm, CodeConfirmationNeeded, "confirmation required"},
+	{workspace.ErrTooLarge, CodeTooLarge, "too large"},
+	{workspace.ErrPolicy, CodePolicyViolation, "policy violation"},
+	{workspace.ErrQuota, CodePolicyViolation, "session quota exceeded"},
+	{workspace.ErrRateLimited, CodePolicyViolation, "rate limit exceeded"},
+	{workspace.ErrForbidden, CodePolicyViolation, "forbidden"},
+	{workspace.ErrInvalid, CodeInvalidParams, "invalid params"},
+	{workspace.ErrNotFound, CodeInvalidParams, "session not found"},
+	{workspace.ErrUnavailable, CodeInternal, "workspace temporarily unavailable, retry"},
+	{context.Canceled, CodeInternal, "canceled"},
+	{context.DeadlineExceeded, CodeInternal, "deadline exceeded"},
+}
+
+// ErrorData is the error's data: what was refused and by which rule.
+type ErrorData struct {
+	Path   string `json:"path,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// rpcError turns an error into the JSON-RPC error the client sees. Internal causes
+// are logged by the caller's middleware, never sent.
+func rpcError(err error) *jsonrpc.Error {
+	for _, c := range codes {
+		if !errors.Is(err, c.err) {
+			continue
+		}
+		e := &jsonrpc.Error{Code: c.code, Message: c.msg}
+		var v *policy.Violation
+		if errors.As(err, &v) {
+			e.Message = v.Error()
+			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
+		} else if c.code != CodeInternal {
+			e.Message = err.Error()
+		}
+		return e
+	}
+	return &jsonrpc.Error{Code: CodeInternal, Message: "internal error"}
+}
+
+// Code returns the JSON-RPC code err maps to (for REST bodies and tests).
+func Code(err error) int64 { return rpcError(err).Code }

@@ -1,0 +1,206 @@
+// Package mcp serves cws's tool catalogue over MCP (Streamable HTTP, the official
+// go-sdk in stateless mode, so any replica answers any call), and maps the domain's
+// errors to the seed's JSON-RPC codes in one table (errors.go).
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/policy"
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// boundHeader carries the URL's session id from the router to the tool handlers. The
+// router sets it and strips any a client sent.
+const boundHeader = "X-Cws-Bound-Session"
+
+// Config configures the MCP endpoints.
+type Config struct {
+	Service  *workspace.Service
+	Verifier *auth.Verifier
+	Tenants  workspace.Tenants
+	Log      *slog.Logger
+	// ResourceMetadataURL is advertised in 401s (RFC 9728).
+	ResourceMetadataURL string
+	// OnAuthFailure counts rejected tokens by reason (metrics).
+	OnAuthFailure func(reason string)
+}
+
+// Handler serves /mcp and /v1/sessions/{id}/mcp.
+type Handler struct {
+	cfg     Config
+	log     *slog.Logger
+	servers sync.Map // serverKey → *sdk.Server
+	http    http.Handler
+}
+
+type serverKey struct{ tenant, toolsets string }
+
+// New returns the MCP handler.
+func New(cfg Config) *Handler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OnAuthFailure == nil {
+		cfg.OnAuthFailure = func(string) {}
+	}
+	h := &Handler{cfg: cfg, log: cfg.Log.With("component", "api/mcp")}
+	stream := sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: false, Logger: h.log})
+	verify := cfg.Verifier.TokenVerifier()
+	counted := func(ctx context.Context, tok string, r *http.Request) (*mcpauth.TokenInfo, error) {
+		ti, err := verify(ctx, tok, r)
+		if err != nil {
+			cfg.OnAuthFailure(auth.ReasonOf(err))
+		}
+		return ti, err
+	}
+	authed := mcpauth.RequireBearerToken(counted, &mcpauth.RequireBearerTokenOptions{ResourceMetadataURL: cfg.ResourceMetadataURL})(stream)
+	h.http = http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := auth.BearerToken(r); !ok {
+			cfg.OnAuthFailure("missing_token")
+		}
+		authed.ServeHTTP(w, r)
+	}))
+	return h
+}
+
+// ServeHTTP serves /mcp: the caller's session comes from the token's session claim,
+// else the caller's default session.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r.Header.Del(boundHeader)
+	h.http.ServeHTTP(w, r)
+}
+
+// ServeBound serves /v1/sessions/{id}/mcp: every call goes to session id. The caller
+// has already checked that the session is the caller's.
+func (h *Handler) ServeBound(w http.ResponseWriter, r *http.Request, id string) {
+	r.Header.Set(boundHeader, id)
+	h.http.ServeHTTP(w, r)
+}
+
+// toolsets reads ?toolsets=core,vscode,lsp (default core), narrowed to the tenant's.
+func toolsets(r *http.Request, tp *policy.Policy) []string {
+	want := []string{policy.ToolsetCore}
+	if q := r.URL.Query().Get("toolsets"); q != "" {
+		want = strings.Split(q, ",")
+	}
+	enabled := policy.AllToolsets
+	if tp != nil {
+		enabled = tp.EnabledToolsets()
+	}
+	var out []string
+	for _, t := range want {
+		t = strings.TrimSpace(t)
+		if slices.Contains(enabled, t) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// server returns the cached *sdk.Server for the caller's tenant and toolsets.
+func (h *Handler) server(r *http.Request) *sdk.Server {
+	p := auth.PrincipalFromTokenInfo(mcpauth.TokenInfoFromContext(r.Context()))
+	if p == nil {
+		return nil
+	}
+	tp, _ := h.cfg.Tenants.Policy(p.Tenant)
+	sets := toolsets(r, tp)
+	key := serverKey{p.Tenant, strings.Join(sets, ",")}
+	if s, ok := h.servers.Load(key); ok {
+		return s.(*sdk.Server)
+	}
+	s := sdk.NewServer(&sdk.Implementation{Name: "cws", Title: "cws — Coding Workspace Service", Version: version.Version},
+		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{}, Instructions: instructions})
+	for _, t := range h.cfg.Service.Catalog().Tools(sets...) {
+		s.AddTool(mcpTool(t), h.handle(t))
+	}
+	actual, _ := h.servers.LoadOrStore(key, s)
+	return actual.(*sdk.Server)
+}
+
+const instructions = "cws gives you a sandboxed workspace at /workspace. Paths are relative to it. " +
+	"Commands run without a shell; put arguments in args. Errors carry JSON-RPC codes: -32001 path traversal, " +
+	"-32002 policy violation, -32003 too large, -32004 command not allowed, -32005 confirmation required (retry with options.confirmed: true)."
+
+func mcpTool(t *workspace.Tool) *sdk.Tool {
+	ro, destr, idem, open := t.Annotations.ReadOnly, t.Annotations.Destructive, t.Annotations.Idempotent, t.Annotations.OpenWorld
+	return &sdk.Tool{
+		Name: t.Name, Title: t.Title, Description: t.Description,
+		InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+		Annotations: &sdk.ToolAnnotations{Title: t.Title, ReadOnlyHint: ro, DestructiveHint: &destr, IdempotentHint: idem, OpenWorldHint: &open},
+	}
+}
+
+// handle runs one tool call through the Service.
+func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		p := auth.PrincipalFromTokenInfo(req.Extra.TokenInfo)
+		if p == nil {
+			return nil, rpcError(workspace.ErrForbidden)
+		}
+		caller := workspace.Caller{Tenant: p.Tenant, Subject: p.Subject}
+		id, err := h.sessionID(ctx, req, p, caller)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		var opts workspace.CallOptions
+		if tok := req.Params.GetProgressToken(); tok != nil && t.Streams {
+			var mu sync.Mutex
+			n := 0.0
+			opts.OnOutput = func(stream string, data []byte) {
+				mu.Lock()
+				n++
+				msg := &sdk.ProgressNotificationParams{ProgressToken: tok, Progress: n, Message: stream + ": " + string(data)}
+				mu.Unlock()
+				if err := req.Session.NotifyProgress(ctx, msg); err != nil {
+					h.log.Debug("progress not delivered", "err", err)
+				}
+			}
+		}
+		res, err := h.cfg.Service.Call(ctx, caller, id, t.Name, req.Params.Arguments, opts)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		body, err := json.Marshal(res.Value)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		return &sdk.CallToolResult{
+			Content:           []sdk.Content{&sdk.TextContent{Text: string(body)}},
+			StructuredContent: json.RawMessage(body),
+			IsError:           res.IsError,
+		}, nil
+	}
+}
+
+// sessionID picks the call's session: the URL's, else the token's session claim, else
+// the caller's default session (created on first use). A token bound to one session
+// cannot reach another.
+func (h *Handler) sessionID(ctx context.Context, req *sdk.CallToolRequest, p *auth.Principal, caller workspace.Caller) (string, error) {
+	bound := req.Extra.Header.Get(boundHeader)
+	switch {
+	case bound != "" && p.Session != "" && bound != p.Session:
+		return "", workspace.ErrNotFound
+	case bound != "":
+		return bound, nil
+	case p.Session != "":
+		return p.Session, nil
+	}
+	sess, err := h.cfg.Service.DefaultSession(ctx, caller)
+	if err != nil {
+		return "", err
+	}
+	return sess.ID, nil
+}

@@ -1,0 +1,102 @@
+package workspace
+
+import (
+	"context"
+	"io"
+	"strings"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/workspace/policy"
+)
+
+// maxUpload bounds the file contents one archive upload may hold.
+const maxUpload = 4 << 30
+
+// direct prepares a call-less operation on a session: its agent and effective policy.
+func (s *Service) direct(ctx context.Context, caller Caller, id string) (*call, error) {
+	sess, err := s.session(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	tp, _ := s.cfg.Tenants.Policy(caller.Tenant)
+	c := &call{svc: s, sess: sess, caller: caller, agent: s.agentFor(sess.Sandbox)}
+	eff, err := s.effectivePolicy(ctx, c, tp)
+	if err != nil {
+		return nil, err
+	}
+	g := eff.Guard()
+	c.pol, c.guard = eff, &g
+	return c, nil
+}
+
+// Download streams the workspace as a tar archive into w. Denied paths are left out.
+func (s *Service) Download(ctx context.Context, caller Caller, id string, w io.Writer) error {
+	c, err := s.direct(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	_, err = c.agent.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: c.guard}, w)
+	return mapAgentError(err)
+}
+
+// UploadResult counts what an upload extracted.
+type UploadResult = agent.TarResult
+
+// Upload extracts a tar archive into the workspace. Paths are checked like writeFile's.
+func (s *Service) Upload(ctx context.Context, caller Caller, id string, archive io.Reader) (UploadResult, error) {
+	c, err := s.direct(ctx, caller, id)
+	if err != nil {
+		return UploadResult{}, err
+	}
+	res, err := c.agent.TarIn(ctx, agent.TarInArgs{Path: ".", MaxBytes: maxUpload, Guard: c.guard}, archive)
+	s.policyChanged(id)
+	if err != nil {
+		return res, mapAgentError(err)
+	}
+	return res, nil
+}
+
+// emptyTree is git's hash of the empty tree, the base of a repository without commits.
+const emptyTree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+// Diff returns the workspace's changes since its last commit as a git patch, new
+// (untracked) files included, without touching the repository's index.
+func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, error) {
+	c, err := s.direct(ctx, caller, id)
+	if err != nil {
+		return "", err
+	}
+	run := func(args ...string) (string, error) {
+		argv := append(append([]string{"git"}, gitSafety...), args...)
+		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: 64 << 20,
+			Env: map[string]string{"GIT_INDEX_FILE": "/tmp/.cws-diff-index", "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
+		if err != nil {
+			return "", mapAgentError(err)
+		}
+		if r.StartError != "" {
+			return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "git is not installed in this workspace image"}
+		}
+		if r.ExitCode != 0 {
+			return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "git " + args[0] + ": " + strings.TrimSpace(string(r.Stderr))}
+		}
+		return string(r.Stdout), nil
+	}
+	if _, err := run("rev-parse", "--git-dir"); err != nil {
+		return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "the workspace is not a git repository: run git init (and commit a baseline) first"}
+	}
+	base := "HEAD"
+	if _, err := run("rev-parse", "--verify", "-q", "HEAD"); err != nil {
+		base = emptyTree
+	}
+	if _, err := run("read-tree", base); err != nil {
+		return "", err
+	}
+	add := []string{"add", "-A", "--", "."}
+	for _, d := range c.guard.Deny { // denied paths stay out of the diff
+		add = append(add, ":(exclude,glob)"+d, ":(exclude,glob)"+d+"/**")
+	}
+	if _, err := run(add...); err != nil {
+		return "", err
+	}
+	return run("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base)
+}
