@@ -217,3 +217,10 @@ func (s *Service) record(r AuditRecord) {
 func invalidf(field, format string, a ...any) error {
 	return &policy.Violation{Err: ErrInvalid, Rule: field, Detail: fmt.Sprintf(format, a...)}
 }
+
+// Outcomes are the values of a tool call's outcome label (metrics, audit).
+var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not_found", "canceled", "unavailable", "internal"}
+
+// DenialRules are the policy rules a denial is counted under.
+var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
+	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy"}

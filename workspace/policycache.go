@@ -24,6 +24,7 @@ func (s *Service) effectivePolicy(ctx context.Context, c *call, tenant *policy.P
 	var ws *policy.Policy
 	switch {
 	case errors.Is(err, agent.ErrNotFound):
+		err = nil // no workspace file: the tenant's policy as it is
 	case err != nil:
 		return nil, mapAgentError(err)
 	default:

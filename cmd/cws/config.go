@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cwsdev/cws/version"
+	"github.com/spf13/pflag"
+)
+
+// Config is cws serve's one configuration, from flags with CWS_* fallbacks.
+type Config struct {
+	Addr         string        // listen address; default 127.0.0.1:9960
+	PublicURL    string        // base URL clients use; empty: http://<addr>
+	TenantsFile  string        // tenants YAML; empty needs --dev
+	RedisURL     string        // empty: the embedded in-memory store
+	DefaultImage string        // workspace image when none is asked for
+	AgentBinary  string        // static cws-agent to inject; empty: next to this binary
+	Dev          bool          // create a dev tenant and print a token
+	LogFormat    string        // text or json
+	LogLevel     string        // debug, info, warn, error
+	ReapEvery    time.Duration // reaper and reconcile interval
+	DrainTimeout time.Duration // how long shutdown waits for requests
+}
+
+func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
+	f.StringVar(&c.Addr, "addr", envDefault(getenv, "CWS_ADDR", "127.0.0.1:9960"), "listen address [CWS_ADDR]")
+	f.StringVar(&c.PublicURL, "public-url", getenv("CWS_PUBLIC_URL"), "base URL clients reach cws at, e.g. https://cws.example (default http://ADDR) [CWS_PUBLIC_URL]")
+	f.StringVar(&c.TenantsFile, "tenants", getenv("CWS_TENANTS"), "tenants file (YAML) [CWS_TENANTS]")
+	f.StringVar(&c.RedisURL, "redis-url", getenv("CWS_REDIS_URL"), "Redis URL, e.g. redis://localhost:6379/0 (empty: embedded in-memory store) [CWS_REDIS_URL]")
+	f.StringVar(&c.DefaultImage, "default-image", envDefault(getenv, "CWS_DEFAULT_IMAGE", version.WorkspaceImage), "workspace image when none is asked for [CWS_DEFAULT_IMAGE]")
+	f.StringVar(&c.AgentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "static cws-agent binary to inject (default: cws-agent next to cws) [CWS_AGENT_BINARY]")
+	f.BoolVar(&c.Dev, "dev", getenv("CWS_DEV") == "true" || getenv("CWS_DEV") == "1", "without --tenants: create a dev tenant and print a token and the MCP URL [CWS_DEV]")
+	f.StringVar(&c.LogFormat, "log-format", envDefault(getenv, "CWS_LOG_FORMAT", "text"), "log format: text or json [CWS_LOG_FORMAT]")
+	f.StringVar(&c.LogLevel, "log-level", envDefault(getenv, "CWS_LOG_LEVEL", "info"), "log level: debug, info, warn, error [CWS_LOG_LEVEL]")
+	f.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often expired sessions and orphan containers are removed")
+	f.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests")
+}
+
+// validate checks the configuration and fills derived defaults; errors say what to do.
+func (c *Config) validate() error {
+	host, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: want host:port, e.g. 127.0.0.1:9960", c.Addr)
+	}
+	if c.PublicURL == "" {
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		c.PublicURL = "http://" + net.JoinHostPort(host, port)
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if c.TenantsFile == "" && !c.Dev {
+		return fmt.Errorf("no tenants: pass --tenants FILE (see README: Configuration), or --dev for a local dev tenant")
+	}
+	if c.AgentBinary == "" {
+		exe, err := os.Executable()
+		if err == nil {
+			c.AgentBinary = filepath.Join(filepath.Dir(exe), "cws-agent")
+		}
+	}
+	if _, err := os.Stat(c.AgentBinary); err != nil {
+		return fmt.Errorf("agent binary %s: %v (build it with `make build`, or pass --agent-binary)", c.AgentBinary, err)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 {
+		return fmt.Errorf("--reap-every and --drain-timeout must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func healthcheckCmd(getenv func(string) string) *cobra.Command {
+	var url string
+	cmd := &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 if cws answers on /healthz (for container HEALTHCHECKs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := &http.Client{Timeout: 3 * time.Second}
+			resp, err := c.Get(url)
+			if err != nil {
+				return fmt.Errorf("healthcheck %s: %w", url, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("healthcheck %s: %s", url, resp.Status)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:9960/healthz", "health URL to check")
+	return cmd
+}

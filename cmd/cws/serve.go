@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/cwsdev/cws/api"
+	"github.com/cwsdev/cws/api/mcp"
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/metrics"
+	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/memstore"
+	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+)
+
+var _ workspace.Sandboxes = (*docker.Driver)(nil)
+
+func serveCmd(getenv func(string) string) *cobra.Command {
+	var cfg Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the cws server",
+		Long: `Run the cws server: MCP at /mcp, REST at /v1, metrics at /metrics.
+
+It needs a Docker engine (DOCKER_HOST or the local socket) and the workspace image
+(make images). Without --redis-url it keeps sessions in memory (one node only).
+
+Examples:
+  cws serve --dev
+  cws serve --tenants /etc/cws/tenants.yaml --redis-url redis://redis:6379/0 --addr 0.0.0.0:9960`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cfg.flags(cmd.Flags(), getenv)
+	return cmd
+}
+
+// tenantPolicies is every tenant's policy, loaded at start.
+type tenantPolicies map[string]*policy.Policy
+
+func (t tenantPolicies) Policy(tenant string) (*policy.Policy, bool) {
+	p, ok := t[tenant]
+	return p, ok
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// loadTenants reads the tenants file and each tenant's policy, or makes the dev tenant.
+func loadTenants(cfg Config) (*auth.Tenants, tenantPolicies, []byte, error) {
+	if cfg.TenantsFile == "" {
+		ts, secret := auth.NewDevTenants()
+		return ts, tenantPolicies{auth.DevTenantID: policy.Default()}, secret, nil
+	}
+	ts, err := auth.LoadTenants(cfg.TenantsFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pols := tenantPolicies{}
+	for _, t := range ts.List() {
+		p := policy.Default()
+		if t.PolicyFile != "" {
+			data, err := os.ReadFile(t.PolicyFile)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("tenant %s: %w", t.ID, err)
+			}
+			if p, err = policy.Parse(data); err != nil {
+				return nil, nil, nil, fmt.Errorf("tenant %s: policy %s: %w", t.ID, t.PolicyFile, err)
+			}
+		}
+		pols[t.ID] = p
+	}
+	return ts, pols, nil, nil
+}
+
+func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	log := newLogger(cfg, stderr)
+	tenants, pols, devSecret, err := loadTenants(cfg)
+	if err != nil {
+		return err
+	}
+
+	var store workspace.Store
+	adopt := false
+	if cfg.RedisURL != "" {
+		rs, err := redisstore.Open(ctx, cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("redis %s: %w (is it running? for one node, drop --redis-url to use the embedded store)", cfg.RedisURL, err)
+		}
+		store = rs
+		log.Info("session store: redis", "url", redactURL(cfg.RedisURL))
+	} else {
+		store, adopt = memstore.New(), true
+		log.Info("session store: embedded in-memory store (single node; sessions are re-adopted from container labels on restart)")
+	}
+	defer store.Close()
+
+	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log})
+	if err != nil {
+		return err
+	}
+	defer driver.Close()
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{Version: version.Version, Commit: version.Commit})
+	svc := workspace.New(workspace.Config{Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage})
+	defer svc.Close()
+	var tools []string
+	for _, t := range svc.Catalog().Tools() {
+		tools = append(tools, t.Name)
+	}
+	m.Init(tools, workspace.Outcomes, workspace.DenialRules, auth.Reasons)
+
+	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{Logger: log})
+	mcpHandler := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols, Log: log,
+		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure})
+	ready := func(ctx context.Context) error {
+		if err := store.Ping(ctx); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if _, err := driver.List(ctx, map[string]string{"cws.readyz": "probe"}); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+		return nil
+	}
+	srv := api.New(api.Config{Service: svc, Verifier: verifier, MCP: mcpHandler, Metrics: m, Gatherer: reg, Ready: ready,
+		Log: log, PublicURL: cfg.PublicURL, Issuers: tenants.Issuers()})
+
+	if err := ready(ctx); err != nil {
+		return fmt.Errorf("not ready: %w (run `cws doctor` for help)", err)
+	}
+	if err := svc.Reconcile(ctx, adopt); err != nil {
+		log.Warn("startup reconcile", "err", err)
+	}
+	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReaper()
+	go svc.RunReaper(reapCtx, cfg.ReapEvery, adopt)
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another cws running? pick another --addr)", cfg.Addr, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("cws listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version.Version, "tenants", len(pols))
+	if devSecret != nil {
+		if err := printDev(stdout, tenants, cfg.PublicURL); err != nil {
+			return err
+		}
+	}
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// Shutdown: readiness goes 503, requests drain, then streams are cut. Sandboxes
+	// outlive the process: a restarted cws picks them up again.
+	log.Info("shutting down: draining requests", "timeout", cfg.DrainTimeout)
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("drain timed out, closing the remaining connections", "err", err)
+		_ = hs.Close()
+	}
+	stopReaper()
+	log.Info("stopped; sandboxes keep running")
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// printDev prints the dev tenant's token and the MCP URL, ready to paste.
+func printDev(w io.Writer, tenants *auth.Tenants, base string) error {
+	t := tenants.Get(auth.DevTenantID)
+	tok, err := t.Mint("dev", 24*time.Hour, "", nil, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, `
+cws %s is running (dev mode: tenant %q, in-memory sessions).
+
+  MCP URL:  %s/mcp
+  Token:    %s
+
+Connect an MCP client, e.g.:
+  claude mcp add --transport http cws %s/mcp --header "Authorization: Bearer %s"
+
+Or use REST:
+  curl -H "Authorization: Bearer $TOKEN" -X POST %s/v1/sessions
+
+The token is valid for 24 h. Stop with Ctrl-C (workspace containers keep running).
+
+`, version.Version, auth.DevTenantID, base, tok, base, tok, base)
+	return nil
+}
+
+func redactURL(u string) string {
+	if i := indexAt(u); i >= 0 {
+		return "redis://…" + u[i:]
+	}
+	return u
+}
+
+func indexAt(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '@' {
+			return i
+		}
+	}
+	return -1
+}
