@@ -68,7 +68,7 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 	}
 	run := func(args ...string) (string, error) {
 		argv := append(append([]string{"git"}, gitSafety...), args...)
-		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: 64 << 20,
+		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: maxGitOutput,
 			Env: map[string]string{"GIT_INDEX_FILE": "/tmp/.cws-diff-index", "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
 		if err != nil {
 			return "", mapAgentError(err)
@@ -78,6 +78,9 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 		}
 		if r.ExitCode != 0 {
 			return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "git " + args[0] + ": " + strings.TrimSpace(string(r.Stderr))}
+		}
+		if r.StdoutTruncated {
+			return "", &policy.Violation{Err: ErrTooLarge, Rule: "diff", Detail: "the diff is larger than 4 MiB: download the archive instead"}
 		}
 		return string(r.Stdout), nil
 	}

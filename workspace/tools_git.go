@@ -11,8 +11,14 @@ import (
 )
 
 // gitSafety are the -c options every git call runs with: repository hooks, an fsmonitor
-// command or an external diff driver would run programs the command allowlist never saw.
-var gitSafety = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "color.ui=false"}
+// command, an external diff driver or a signing program (gpg.program, which a commit with
+// commit.gpgSign or a log with log.showSignature runs) would run programs the command
+// allowlist never saw.
+var gitSafety = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "color.ui=false",
+	"-c", "commit.gpgSign=false", "-c", "tag.gpgSign=false", "-c", "log.showSignature=false"}
+
+// maxGitOutput is the most git output a tool keeps (the agent's per-stream ceiling).
+const maxGitOutput = 4<<20 - 8192
 
 // refPattern is what a ref argument may look like: names, ~ ^ @{…} suffixes and ranges,
 // never a leading "-" (it would be read as an option).
@@ -29,7 +35,7 @@ func validRef(field, ref string) error {
 func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, error) {
 	argv := append(append([]string{"git"}, gitSafety...), args...)
 	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
-		TimeoutMS: 120_000, OutputCap: 8 << 20, Guard: c.guard}, stdin, nil)
+		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard}, stdin, nil)
 	if err != nil {
 		return "", err
 	}
@@ -41,9 +47,17 @@ func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, e
 		if msg == "" {
 			msg = strings.TrimSpace(string(r.Stdout))
 		}
-		return "", &failure{Code: "git_failed", Message: fmt.Sprintf("git %s: %s", args[0], msg)}
+		return "", &failure{Code: "git_failed", Message: fmt.Sprintf("git %s: %s", subcommand(args), msg)}
 	}
 	return string(r.Stdout), nil
+}
+
+// subcommand is the git command args run, skipping leading -c options.
+func subcommand(args []string) string {
+	for len(args) > 2 && args[0] == "-c" {
+		args = args[2:]
+	}
+	return args[0]
 }
 
 // paths normalizes and read-checks path arguments for git.
@@ -331,8 +345,10 @@ func gitBranch(ctx context.Context, c *call, a *GitBranchArgs) (*GitBranchResult
 		return nil, err
 	}
 	res := &GitBranchResult{Branches: []string{}}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l == "" {
+	// Each line is %(HEAD) ("*" or " ") then the name: trimming spaces would eat the
+	// first branch's marker.
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) < 2 {
 			continue
 		}
 		name := l[1:]
@@ -363,7 +379,9 @@ func gitCheckout(ctx context.Context, c *call, a *GitCheckoutArgs) (*GitCheckout
 	if err := validRef("ref", a.Ref); err != nil {
 		return nil, err
 	}
-	args := []string{"checkout", "--end-of-options", a.Ref, "--"}
+	// validRef refused a leading "-". git checkout (2.39 at least) takes --end-of-options
+	// for a second ref ("only one reference expected"), so it is not used here.
+	args := []string{"checkout", a.Ref, "--"}
 	if a.Create {
 		args = []string{"checkout", "-b", a.Ref}
 	}

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -344,4 +345,57 @@ func alive(pid int) bool {
 	}
 	b, _ := os.ReadFile("/proc/" + itoa(pid) + "/stat")
 	return !strings.Contains(string(b), ") Z ")
+}
+
+// Output near the cap travels raw in the done frame's body: base64 inside the JSON
+// header would overflow the header limit (a regression: 1 MiB of output was lost).
+func TestExecLargeOutput(t *testing.T) {
+	c, _, _ := pipeAgent(t)
+	res, err := c.Exec(ctxT(t), agent.ExecArgs{Argv: []string{"sh", "-c", "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2"}, OutputCap: 1 << 20}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != 1<<20 || len(res.Stderr) != 1<<20 || res.StdoutTruncated || res.StderrTruncated {
+		t.Fatalf("stdout %d, stderr %d bytes, truncated %v/%v", len(res.Stdout), len(res.Stderr), res.StdoutTruncated, res.StderrTruncated)
+	}
+}
+
+func TestTarRoundTrip(t *testing.T) {
+	c, dir, _ := pipeAgent(t)
+	ctx := ctxT(t)
+	must(t, os.MkdirAll(filepath.Join(dir, "src/sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "src/sub/a.txt"), []byte("alpha"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "src/b.bin"), bytes.Repeat([]byte{0, 1}, 300_000), 0o644))
+	var archive bytes.Buffer
+	out, err := c.TarOut(ctx, agent.TarOutArgs{Path: "src"}, &archive)
+	if err != nil || out.Files != 2 {
+		t.Fatalf("tar out: %+v %v", out, err)
+	}
+	in, err := c.TarIn(ctx, agent.TarInArgs{Path: "copy"}, &archive)
+	if err != nil || in.Files != 2 || in.Bytes != out.Bytes {
+		t.Fatalf("tar in: %+v (out %+v) %v", in, out, err)
+	}
+	for _, f := range []string{"sub/a.txt", "b.bin"} {
+		a, _ := os.ReadFile(filepath.Join(dir, "src", f))
+		b, _ := os.ReadFile(filepath.Join(dir, "copy", f))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s differs after the round trip", f)
+		}
+	}
+	t.Run("an entry escaping the workspace is cleaned into it", func(t *testing.T) {
+		var evil bytes.Buffer
+		tw := tar.NewWriter(&evil)
+		_ = tw.WriteHeader(&tar.Header{Name: "../../escape.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte("hi"))
+		_ = tw.Close()
+		if _, err := c.TarIn(ctx, agent.TarInArgs{}, &evil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "escape.txt")); err != nil {
+			t.Fatalf("entry not extracted inside the workspace: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(dir)), "escape.txt")); err == nil {
+			t.Fatal("entry escaped the workspace")
+		}
+	})
 }

@@ -252,6 +252,9 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 					return fmt.Errorf("decode %s result: %w", op, err)
 				}
 			}
+			if bc, ok := result.(BodyCarrier); ok {
+				bc.SetBody(data)
+			}
 			return nil
 		}
 		if onEvent != nil && h.Event != "" {

@@ -178,8 +178,9 @@ type ExecArgs struct {
 // ExecResult is a finished command. A command that could not start has ExitCode -1 and StartError.
 type ExecResult struct {
 	ExitCode        int    `json:"exitCode"`
-	Stdout          []byte `json:"stdout"`
-	Stderr          []byte `json:"stderr"`
+	Stdout          []byte `json:"-"` // travels in the done frame's body
+	Stderr          []byte `json:"-"`
+	StdoutLen       int    `json:"stdoutLen"`
 	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
 	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
 	TimedOut        bool   `json:"timedOut,omitempty"`
@@ -225,8 +226,9 @@ type ProcOutputArgs struct {
 // ProcOutput is the output since the offsets asked for, and the offsets to ask next.
 type ProcOutput struct {
 	Proc         ProcInfo `json:"proc"`
-	Stdout       []byte   `json:"stdout"`
-	Stderr       []byte   `json:"stderr"`
+	Stdout       []byte   `json:"-"` // travels in the done frame's body
+	Stderr       []byte   `json:"-"`
+	StdoutLen    int      `json:"stdoutLen"`
 	StdoutOffset int64    `json:"stdoutOffset"`
 	StderrOffset int64    `json:"stderrOffset"`
 	Dropped      bool     `json:"dropped,omitempty"` // output before the offsets was overwritten in the ring
@@ -263,4 +265,34 @@ type TarResult struct {
 	Files int   `json:"files"`
 	Dirs  int   `json:"dirs"`
 	Bytes int64 `json:"bytes"`
+}
+
+// BodyCarrier is a result whose bulk bytes travel raw in the done frame's body rather
+// than base64 inside its JSON header.
+type BodyCarrier interface {
+	Body() []byte
+	SetBody([]byte)
+}
+
+// Body joins stdout and stderr; StdoutLen says where they split.
+func (r *ExecResult) Body() []byte {
+	r.StdoutLen = len(r.Stdout)
+	return append(append(make([]byte, 0, len(r.Stdout)+len(r.Stderr)), r.Stdout...), r.Stderr...)
+}
+
+// SetBody splits the done frame's body back into stdout and stderr.
+func (r *ExecResult) SetBody(b []byte) { r.Stdout, r.Stderr = splitBody(b, r.StdoutLen) }
+
+// Body joins stdout and stderr; StdoutLen says where they split.
+func (r *ProcOutput) Body() []byte {
+	r.StdoutLen = len(r.Stdout)
+	return append(append(make([]byte, 0, len(r.Stdout)+len(r.Stderr)), r.Stdout...), r.Stderr...)
+}
+
+// SetBody splits the done frame's body back into stdout and stderr.
+func (r *ProcOutput) SetBody(b []byte) { r.Stdout, r.Stderr = splitBody(b, r.StdoutLen) }
+
+func splitBody(b []byte, n int) ([]byte, []byte) {
+	n = max(0, min(n, len(b)))
+	return b[:n:n], b[n:]
 }

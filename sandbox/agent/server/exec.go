@@ -99,6 +99,17 @@ func (s *Server) environ(extra map[string]string) []string {
 	return out
 }
 
+// maxOutputCap is the most one stream may keep: stdout and stderr travel together in
+// one frame body.
+const maxOutputCap = agent.MaxBody/2 - 4096
+
+func outputLimit(asked int64) int64 {
+	if asked <= 0 {
+		return defaultOutputCap
+	}
+	return min(asked, maxOutputCap)
+}
+
 // capture keeps the first max bytes written, reports truncation, and never blocks the
 // writer: past the cap it keeps draining, so the process is not stalled on a full pipe.
 type capture struct {
@@ -134,15 +145,12 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard)
 	var nf errNotFound
 	if errors.As(err, &nf) {
-		return agent.ExecResult{ExitCode: -1, StartError: nf.Error()}, nil
+		return &agent.ExecResult{ExitCode: -1, StartError: nf.Error()}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	limit := a.OutputCap
-	if limit <= 0 {
-		limit = defaultOutputCap
-	}
+	limit := outputLimit(a.OutputCap)
 	stdout, stderr := &capture{max: limit}, &capture{max: limit}
 	if a.Stream {
 		stdout.stream = func(p []byte) error { return r.event(agent.EventStdout, p) }
@@ -160,7 +168,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		return agent.ExecResult{ExitCode: -1, StartError: err.Error()}, nil
+		return &agent.ExecResult{ExitCode: -1, StartError: err.Error()}, nil
 	}
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
@@ -172,7 +180,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 		defer t.Stop()
 		timeout = t.C
 	}
-	res := agent.ExecResult{}
+	res := &agent.ExecResult{}
 	select {
 	case err = <-done:
 	case <-timeout:

@@ -97,10 +97,7 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 	if err != nil {
 		return nil, err
 	}
-	limit := a.OutputCap
-	if limit <= 0 {
-		limit = defaultOutputCap
-	}
+	limit := outputLimit(a.OutputCap)
 	p := &proc{argv: a.Argv, cmd: cmd, changed: make(chan struct{}), stdout: newRing(int(limit)), stderr: newRing(int(limit))}
 	cmd.Stdout, cmd.Stderr = procWriter{p, &p.stdout}, procWriter{p, &p.stderr}
 	if err := cmd.Start(); err != nil {
@@ -182,7 +179,7 @@ func (s *Server) procOutput(ctx context.Context, args json.RawMessage, _ []byte,
 	out.Stderr, out.StderrOffset, d2 = p.stderr.since(a.StderrOffset)
 	p.mu.Unlock()
 	out.Dropped = d1 || d2
-	return out, nil
+	return &out, nil
 }
 
 func (s *Server) procKill(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"regexp"
-	"runtime"
+	"regexp/syntax"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -65,56 +64,32 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stopped atomic.Bool // we stopped early at MaxResults
-	files := make(chan walkedFile, 256)
-	var walkErr error
-	go func() {
-		defer close(files)
-		walkErr = s.walkFiles(ctx, t, &a, files)
-	}()
-
 	var (
 		mu      sync.Mutex
 		matches []agent.Match
 		found   atomic.Int64
-		scanned atomic.Int64
-		wg      sync.WaitGroup
+		stopped atomic.Bool // we stopped early at MaxResults
 	)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var buf, low []byte
-			for f := range files {
-				if ctx.Err() != nil {
-					continue // drain
-				}
-				var ok bool
-				buf, ok = s.readForSearch(f, a.MaxFileSize, buf)
-				if !ok {
-					continue
-				}
-				scanned.Add(1)
-				hay := buf
-				if _, isLower := m.(*lowerMatcher); isLower {
-					low = lowerASCII(low, buf)
-					hay = low
-				}
-				ms := scanFile(m, hay, buf, f.rel, a.MaxLineLen)
-				if len(ms) == 0 {
-					continue
-				}
-				if n := found.Add(int64(len(ms))); n >= int64(a.MaxResults) {
-					stopped.Store(true)
-					cancel()
-				}
-				mu.Lock()
-				matches = append(matches, ms...)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	// Each worker searches whole directories: it opens the directory once through the
+	// workspace root, then each file relative to it (openat, O_NOFOLLOW).
+	scanned, walkErr := s.walkSearch(ctx, t, &a, func(w *searchWorker, rel string, buf []byte) {
+		hay := buf
+		if _, isLower := m.(*lowerMatcher); isLower {
+			w.low = lowerASCII(w.low, buf)
+			hay = w.low
+		}
+		ms := scanFile(m, hay, buf, rel, a.MaxLineLen)
+		if len(ms) == 0 {
+			return
+		}
+		if n := found.Add(int64(len(ms))); n >= int64(a.MaxResults) {
+			stopped.Store(true)
+			cancel()
+		}
+		mu.Lock()
+		matches = append(matches, ms...)
+		mu.Unlock()
+	})
 	if err := parent.Err(); err != nil {
 		return nil, err
 	}
@@ -127,7 +102,7 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 		}
 		return matches[i].Line < matches[j].Line || (matches[i].Line == matches[j].Line && matches[i].Column < matches[j].Column)
 	})
-	res := agent.SearchResult{Matches: matches, FilesSearched: int(scanned.Load())}
+	res := agent.SearchResult{Matches: matches, FilesSearched: scanned}
 	if res.Matches == nil {
 		res.Matches = []agent.Match{}
 	}
@@ -136,40 +111,6 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 		res.Matches = res.Matches[:min(len(res.Matches), a.MaxResults)]
 	}
 	return res, nil
-}
-
-// readForSearch reads a whole file into buf, skipping binaries and oversized files.
-func (s *Server) readForSearch(f walkedFile, maxSize int64, buf []byte) ([]byte, bool) {
-	if maxSize > 0 && f.size > maxSize {
-		return buf, false
-	}
-	fh, err := s.ws.root.Open(f.real)
-	if err != nil {
-		return buf, false
-	}
-	defer fh.Close()
-	need := int(f.size) + 1
-	if cap(buf) < need {
-		buf = make([]byte, 0, need+need/4)
-	}
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := fh.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF || (err == nil && n == 0) {
-			break
-		}
-		if err != nil {
-			return buf, false
-		}
-	}
-	if bytes.IndexByte(buf[:min(len(buf), binarySniff)], 0) >= 0 {
-		return buf, false
-	}
-	return buf, true
 }
 
 // scanFile finds matches in hay (the file, or its lowered copy) and reports lines of buf.
@@ -213,6 +154,9 @@ func newMatcher(q string, isRegex, caseSensitive bool) (matcher, error) {
 			return literalMatcher(q), nil
 		}
 		if isASCII(q) {
+			if m := newAnchorMatcher(q); m != nil {
+				return m, nil
+			}
 			return &lowerMatcher{q: lowerASCII(nil, []byte(q))}, nil
 		}
 		q = regexp.QuoteMeta(q)
@@ -224,6 +168,9 @@ func newMatcher(q string, isRegex, caseSensitive bool) (matcher, error) {
 	re, err := regexp.Compile(flags + q)
 	if err != nil {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "invalid regex: %v", err)
+	}
+	if lit := requiredLiteral(flags + q); len(lit) >= 3 {
+		return &literalRegexMatcher{re: re, lit: lit}, nil
 	}
 	return regexMatcher{re}, nil
 }
@@ -244,6 +191,124 @@ type lowerMatcher struct{ q []byte }
 
 func (l *lowerMatcher) next(buf []byte, from int) (int, int) {
 	return literalMatcher(l.q).next(buf, from)
+}
+
+// anchorMatcher finds a case-insensitive ASCII query by one of its bytes that has no
+// case (punctuation, a digit, a space): memchr-fast scanning for that byte, then a
+// case-folded compare around it. No lowered copy of the file is needed.
+type anchorMatcher struct {
+	q   []byte // lowered query
+	at  int    // the anchor's position in q
+	key byte
+}
+
+// anchorRank prefers rarer caseless bytes: punctuation, then digits, then space.
+func anchorRank(c byte) int {
+	switch {
+	case c == ' ' || c == '\t':
+		return 1
+	case '0' <= c && c <= '9':
+		return 2
+	case c == '.' || c == ',' || c == '_' || c == '-' || c == '/':
+		return 3
+	}
+	return 4
+}
+
+func newAnchorMatcher(q string) *anchorMatcher {
+	best, rank := -1, 0
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') {
+			continue
+		}
+		if r := anchorRank(c); r > rank {
+			best, rank = i, r
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	return &anchorMatcher{q: lowerASCII(nil, []byte(q)), at: best, key: q[best]}
+}
+
+func (m *anchorMatcher) next(buf []byte, from int) (int, int) {
+	for pos := from + m.at; pos < len(buf); {
+		i := bytes.IndexByte(buf[pos:], m.key)
+		if i < 0 {
+			return -1, -1
+		}
+		st := pos + i - m.at
+		if end := st + len(m.q); end <= len(buf) && equalFoldASCII(buf[st:end], m.q) {
+			return st, end
+		}
+		pos += i + 1
+	}
+	return -1, -1
+}
+
+// equalFoldASCII compares b with the lowered ASCII query q, ignoring ASCII case.
+func equalFoldASCII(b, q []byte) bool {
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != q[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// requiredLiteral returns a case-sensitive literal every match must contain (the
+// longest literal piece of a top-level concatenation), or nil.
+func requiredLiteral(expr string) []byte {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	re = re.Simplify()
+	var best []rune
+	if re.Op == syntax.OpConcat {
+		for _, sub := range re.Sub {
+			if sub.Op == syntax.OpLiteral && sub.Flags&syntax.FoldCase == 0 && len(sub.Rune) > len(best) {
+				best = sub.Rune
+			}
+		}
+	} else if re.Op == syntax.OpLiteral && re.Flags&syntax.FoldCase == 0 {
+		best = re.Rune
+	}
+	return []byte(string(best))
+}
+
+// literalRegexMatcher finds lines holding a literal every match needs (memchr-fast),
+// and runs the regexp on those lines only, as grep-like tools do. Matches are per line.
+type literalRegexMatcher struct {
+	re  *regexp.Regexp
+	lit []byte
+}
+
+func (m *literalRegexMatcher) next(buf []byte, from int) (int, int) {
+	for from < len(buf) {
+		i := bytes.Index(buf[from:], m.lit)
+		if i < 0 {
+			return -1, -1
+		}
+		at := from + i
+		ls := bytes.LastIndexByte(buf[:at], '\n') + 1
+		if ls < from {
+			ls = from
+		}
+		le := len(buf)
+		if j := bytes.IndexByte(buf[at:], '\n'); j >= 0 {
+			le = at + j
+		}
+		if loc := m.re.FindIndex(buf[ls:le]); loc != nil {
+			return ls + loc[0], ls + loc[1]
+		}
+		from = le + 1
+	}
+	return -1, -1
 }
 
 type regexMatcher struct{ re *regexp.Regexp }
@@ -279,10 +344,4 @@ func lowerASCII(dst, src []byte) []byte {
 		dst[i] = c
 	}
 	return dst
-}
-
-// walkedFile is one regular file the walk found.
-type walkedFile struct {
-	rel, real string
-	size      int64
 }

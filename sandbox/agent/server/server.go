@@ -204,6 +204,10 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		res, err = op(ctx, h.Args, body, r)
 	}
 	done := &agent.Header{Done: true}
+	var out []byte
+	if bc, ok := res.(agent.BodyCarrier); ok && err == nil {
+		out = bc.Body()
+	}
 	if err != nil {
 		done.Error = wireError(err)
 	} else if res != nil {
@@ -211,7 +215,9 @@ func (s *Server) serveStream(st *yamux.Stream) {
 			done.Error = wireError(err)
 		}
 	}
-	_ = r.send(done, nil)
+	if err := r.send(done, out); err != nil {
+		s.log.Warn("answer not sent", "op", h.Op, "err", err)
+	}
 }
 
 // responder serialises the frames one call sends back, and holds a streamed request body.

@@ -1,15 +1,20 @@
 package server
 
 import (
+	"bytes"
 	"context"
-	"io/fs"
+	"io"
+	"os"
 	"path"
-	"sort"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
 	ignore "github.com/sabhiram/go-gitignore"
+	"golang.org/x/sys/unix"
 )
 
 // ignoreRules are the .gitignore files in force in one directory: its own and its
@@ -38,39 +43,43 @@ func (r ignoreRules) ignored(rel string, isDir bool) bool {
 	return ig
 }
 
-// walkFiles sends the regular files beneath t that a search should read: never .git,
-// symlinks are not followed, .gitignore'd and guard-denied paths are skipped, dot-files
-// only with a.Hidden, and only those matching a.Globs when set.
-func (s *Server) walkFiles(ctx context.Context, t target, a *agent.SearchArgs, out chan<- walkedFile) error {
-	fi, err := s.ws.root.Stat(t.real)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		out <- walkedFile{rel: t.rel, real: t.real, size: fi.Size()}
-		return nil
-	}
-	var rules ignoreRules
-	if !a.NoIgnore {
-		// .gitignore files above the start directory count too.
-		dir := t.real
-		var chain []string
-		for dir != "." {
-			dir = path.Dir(dir)
-			chain = append([]string{dir}, chain...)
-		}
-		for _, d := range chain {
-			rules = s.loadIgnore(rules, d)
-		}
-	}
-	return s.walkDir(ctx, t.real, t.rel, rules, a, out)
-}
-
 func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
 	data, err := s.ws.root.ReadFile(path.Join(realDir, ".gitignore"))
 	if err != nil {
 		return rules
 	}
+	return addIgnore(rules, realDir, data)
+}
+
+// dirJob is one directory to search. dir is already open (openat from its parent, not
+// following symlinks); the job's worker closes it.
+type dirJob struct {
+	real, rel string
+	rules     ignoreRules
+	dir       *os.File
+}
+
+// searchWorker holds one worker's reusable buffers.
+type searchWorker struct {
+	buf, low []byte
+}
+
+// loadIgnore adds the .gitignore in an open directory to rules.
+func loadIgnoreAt(rules ignoreRules, d *os.File, realDir string) ignoreRules {
+	fd, err := unix.Openat(int(d.Fd()), ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return rules
+	}
+	f := os.NewFile(uintptr(fd), ".gitignore")
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	f.Close()
+	if err != nil {
+		return rules
+	}
+	return addIgnore(rules, realDir, data)
+}
+
+func addIgnore(rules ignoreRules, realDir string, data []byte) ignoreRules {
 	base := realDir
 	if base == "." {
 		base = ""
@@ -79,59 +88,210 @@ func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
 	return append(rules[:len(rules):len(rules)], ignoreFile{base: base, gi: gi})
 }
 
-func (s *Server) walkDir(ctx context.Context, real, rel string, rules ignoreRules, a *agent.SearchArgs, out chan<- walkedFile) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// dirQueue is an unbounded work queue that knows when all work is done.
+type dirQueue struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	items   []dirJob
+	pending int // queued or being processed
+}
+
+func (q *dirQueue) push(j dirJob) {
+	q.mu.Lock()
+	q.items = append(q.items, j)
+	q.pending++
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+// pop waits for a job; ok is false once every job is done.
+func (q *dirQueue) pop() (dirJob, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && q.pending > 0 {
+		q.cond.Wait()
+	}
+	if len(q.items) == 0 {
+		return dirJob{}, false
+	}
+	j := q.items[len(q.items)-1]
+	q.items = q.items[:len(q.items)-1]
+	return j, true
+}
+
+func (q *dirQueue) done() {
+	q.mu.Lock()
+	q.pending--
+	last := q.pending == 0
+	q.mu.Unlock()
+	if last {
+		q.cond.Broadcast()
+	}
+}
+
+// walkSearch calls visit for every regular file beneath t that a search should read:
+// never .git, symlinks are not followed, .gitignore'd and guard-denied paths are
+// skipped, dot-files only with a.Hidden, only files matching a.Globs when set, binaries
+// (a NUL byte in the first 8 KiB) and files over a.MaxFileSize skipped. It returns how
+// many files were searched.
+func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, visit func(w *searchWorker, rel string, buf []byte)) (int, error) {
+	fi, err := s.ws.root.Stat(t.real)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.IsDir() {
+		f, err := s.ws.root.Open(t.real)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		w := &searchWorker{}
+		if buf, ok := readAll(f, a.MaxFileSize, w.buf); ok {
+			visit(w, t.rel, buf)
+			return 1, nil
+		}
+		return 0, nil
+	}
+	var rules ignoreRules
+	if !a.NoIgnore && t.real != "." {
+		// .gitignore files above the start directory count too.
+		var chain []string
+		for dir := t.real; dir != "."; {
+			dir = path.Dir(dir)
+			chain = append([]string{dir}, chain...)
+		}
+		for _, d := range chain {
+			rules = s.loadIgnore(rules, d)
+		}
+	}
+	top, err := s.ws.root.Open(t.real)
+	if err != nil {
+		return 0, err
+	}
+	q := &dirQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	q.push(dirJob{real: t.real, rel: t.rel, rules: rules, dir: top})
+	var scanned atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &searchWorker{}
+			for {
+				j, ok := q.pop()
+				if !ok {
+					return
+				}
+				if ctx.Err() == nil {
+					n, err := s.searchDir(ctx, j, a, q, w, visit)
+					scanned.Add(int64(n))
+					if err != nil {
+						errOnce.Do(func() { firstErr = err })
+					}
+				}
+				j.dir.Close()
+				q.done()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return int(scanned.Load()), firstErr
+}
+
+// searchDir reads one directory, queues its subdirectories and searches its files.
+func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q *dirQueue, w *searchWorker, visit func(*searchWorker, string, []byte)) (int, error) {
+	d := j.dir
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return 0, nil // unreadable directories are skipped, as grep -r does
 	}
 	if !a.NoIgnore {
-		rules = s.loadIgnore(rules, real)
+		for _, e := range ents {
+			if e.Name() == ".gitignore" && e.Type().IsRegular() {
+				j.rules = loadIgnoreAt(j.rules, d, j.real)
+				break
+			}
+		}
 	}
-	d, err := s.ws.root.Open(real)
-	if err != nil {
-		return nil // unreadable directories are skipped, as grep -r does
-	}
-	ents, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return nil
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	n := 0
 	for _, e := range ents {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
 		name := e.Name()
 		if name == ".git" || (!a.Hidden && strings.HasPrefix(name, ".")) {
 			continue
 		}
-		childReal, childRel := path.Join(real, name), path.Join(rel, name)
 		typ := e.Type()
-		if typ&fs.ModeSymlink != 0 || (!typ.IsDir() && !typ.IsRegular()) {
+		if !typ.IsDir() && !typ.IsRegular() { // symlinks, devices, sockets
 			continue
 		}
-		if len(rules) > 0 && rules.ignored(childReal, typ.IsDir()) {
+		childReal, childRel := path.Join(j.real, name), path.Join(j.rel, name)
+		if len(j.rules) > 0 && j.rules.ignored(childReal, typ.IsDir()) {
 			continue
 		}
 		if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
 			continue
 		}
 		if typ.IsDir() {
-			if err := s.walkDir(ctx, childReal, childRel, rules, a, out); err != nil {
-				return err
+			fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err == nil {
+				q.push(dirJob{real: childReal, rel: childRel, rules: j.rules, dir: os.NewFile(uintptr(fd), childReal)})
 			}
 			continue
 		}
 		if !matchAnySearch(a.Globs, childRel) {
 			continue
 		}
-		info, err := e.Info()
+		// One path component, relative to a directory opened through the root, without
+		// following a symlink: nothing can lead outside the workspace.
+		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			continue
 		}
-		select {
-		case out <- walkedFile{rel: childRel, real: childReal, size: info.Size()}:
-		case <-ctx.Done():
-			return ctx.Err()
+		f := os.NewFile(uintptr(fd), childReal)
+		buf, ok := readAll(f, a.MaxFileSize, w.buf)
+		f.Close()
+		w.buf = buf
+		if !ok {
+			continue
+		}
+		n++
+		visit(w, childRel, buf)
+	}
+	return n, nil
+}
+
+// readAll reads a whole file into buf (reused), refusing files over maxSize (0: no
+// limit) and binaries.
+func readAll(f *os.File, maxSize int64, buf []byte) ([]byte, bool) {
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if maxSize > 0 && int64(len(buf)) > maxSize {
+			return buf, false
+		}
+		if err == io.EOF || (err == nil && n == 0) {
+			break
+		}
+		if err != nil {
+			return buf, false
 		}
 	}
-	return nil
+	if bytes.IndexByte(buf[:min(len(buf), binarySniff)], 0) >= 0 {
+		return buf, false
+	}
+	return buf, true
 }
 
 // matchAnySearch matches search globs against the path and, for bare patterns like
