@@ -130,7 +130,7 @@ func (e *e2eEnv) procs(t *testing.T) []e2eProc {
 	if res.ExitCode != 0 {
 		t.Fatalf("%q: exit %d: %s", e.ps, res.ExitCode, res.Stderr)
 	}
-	return parsePS(t, res.Stdout)
+	return e2eParsePS(t, res.Stdout)
 }
 
 // procsSlow lists the container's processes with a plain `docker exec`, as the tool uid.
@@ -140,10 +140,10 @@ func (e *e2eEnv) procsSlow(t *testing.T) []e2eProc {
 	if err != nil || code != 0 {
 		t.Fatalf("docker exec %q: exit %d, %v", e.ps, code, err)
 	}
-	return parsePS(t, out)
+	return e2eParsePS(t, out)
 }
 
-func parsePS(t *testing.T, out []byte) []e2eProc {
+func e2eParsePS(t *testing.T, out []byte) []e2eProc {
 	t.Helper()
 	var ps []e2eProc
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
@@ -161,8 +161,8 @@ func parsePS(t *testing.T, out []byte) []e2eProc {
 	return ps
 }
 
-// matching returns the processes whose command line satisfies keep.
-func matching(ps []e2eProc, keep func(args string) bool) []e2eProc {
+// e2eMatching returns the processes whose command line satisfies keep.
+func e2eMatching(ps []e2eProc, keep func(args string) bool) []e2eProc {
 	var out []e2eProc
 	for _, p := range ps {
 		if keep(p.args) {
@@ -221,7 +221,7 @@ func (e *e2eEnv) roundTrip(t *testing.T) {
 				t.Fatalf("ReadFile: %v", err)
 			}
 			if !bytes.Equal(got, tc.content) {
-				t.Errorf("ReadFile = %d bytes, want the %d written (first difference at %d)", len(got), len(tc.content), firstDiff(got, tc.content))
+				t.Errorf("ReadFile = %d bytes, want the %d written (first difference at %d)", len(got), len(tc.content), e2eFirstDiff(got, tc.content))
 			}
 			if res.N != int64(len(tc.content)) || res.Info.Size != int64(len(tc.content)) {
 				t.Errorf("ReadResult N/Size = %d/%d, want %d", res.N, res.Info.Size, len(tc.content))
@@ -241,7 +241,7 @@ func (e *e2eEnv) roundTrip(t *testing.T) {
 	}
 }
 
-func firstDiff(a, b []byte) int {
+func e2eFirstDiff(a, b []byte) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return i
@@ -295,12 +295,14 @@ func (e *e2eEnv) timeout(t *testing.T) {
 	if elapsed >= 3*time.Second {
 		t.Errorf("timeout answered after %s, the criterion is under 3 s (1 s timeout + SIGTERM grace)", elapsed)
 	}
-	if left := matching(e.procs(t), func(a string) bool { return strings.Contains(a, "sleep") }); len(left) > 0 {
+	if left := e2eMatching(e.procs(t), func(a string) bool { return strings.Contains(a, "sleep") }); len(left) > 0 {
 		t.Errorf("processes left behind: %+v", left)
 	}
 }
 
-// outputCap: an endless writer is cut at the cap, and says so.
+// outputCap: an endless writer is cut at the cap, and says so. The whole capped output
+// travels back in the done frame's JSON header (base64, so 1 MiB becomes ~1.33 MiB),
+// which must fit agent.MaxHeader.
 func (e *e2eEnv) outputCap(t *testing.T) {
 	const limit = 1 << 20
 	res := e.exec(t, agent.ExecArgs{Argv: []string{"yes"}, TimeoutMS: 2000, OutputCap: limit})
@@ -345,7 +347,7 @@ func (e *e2eEnv) concurrentReads(t *testing.T) {
 func (e *e2eEnv) reconnect(t *testing.T) {
 	ctx := t.Context()
 	isBridge := func(a string) bool { return strings.Contains(a, "cws-agent attach") }
-	pre := matching(e.procsSlow(t), isBridge)
+	pre := e2eMatching(e.procsSlow(t), isBridge)
 
 	c := e.client(t)
 	e.ready(t, c)
@@ -380,7 +382,7 @@ func (e *e2eEnv) reconnect(t *testing.T) {
 		running(t, c)
 	})
 	t.Run("bridge killed", func(t *testing.T) {
-		ours := slices.DeleteFunc(matching(e.procsSlow(t), isBridge), func(q e2eProc) bool {
+		ours := slices.DeleteFunc(e2eMatching(e.procsSlow(t), isBridge), func(q e2eProc) bool {
 			return slices.ContainsFunc(pre, func(r e2eProc) bool { return r.pid == q.pid })
 		})
 		if len(ours) != 1 {
@@ -408,30 +410,27 @@ func (e *e2eEnv) reconnect(t *testing.T) {
 // forkBomb: the pids limit stops a fork bomb, the agent survives it, and the sandbox
 // is usable again once the bomb is gone.
 func (e *e2eEnv) forkBomb(t *testing.T) {
-	before, haveEvents := e.pidsMaxEvents(t)
-	start := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	canary := []byte("still here\n")
+	if _, err := e.c.WriteFile(ctx, agent.WriteArgs{Path: "canary", Create: true}, canary); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	before, haveEvents := e.pidsMaxEvents(t)
+	start := time.Now()
 	res, err := e.c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c", "f(){ f|f & }; f"}, TimeoutMS: 3000}, nil, nil)
 	if err != nil {
 		t.Fatalf("Exec fork bomb: %v", err)
 	}
 	t.Logf("fork bomb returned after %s: exit %d, timed out %v, start error %q, stderr %d bytes",
 		time.Since(start).Round(time.Millisecond), res.ExitCode, res.TimedOut, res.StartError, len(res.Stderr))
-	if haveEvents {
-		after, _ := e.pidsMaxEvents(t)
-		t.Logf("pids.events max: %d before, %d after", before, after)
-		if after <= before {
-			t.Errorf("pids.events max = %d, was %d: the bomb never hit the pids limit", after, before)
-		}
-	}
-
-	// Usable again: the agent answers at once, and can fork once the kernel has reaped.
+	// Usable again: the agent answers at once, and can fork once the kernel has reaped
+	// (until then, starting any command may fail with EAGAIN).
 	if _, err := e.c.Ping(ctx); err != nil {
 		t.Errorf("Ping after fork bomb: %v", err)
 	}
-	if got, _, err := e.c.ReadFile(ctx, agent.ReadArgs{Path: "roundtrip/text"}); err != nil || len(got) == 0 {
-		t.Errorf("ReadFile after fork bomb = %d bytes, %v", len(got), err)
+	if got, _, err := e.c.ReadFile(ctx, agent.ReadArgs{Path: "canary"}); err != nil || !bytes.Equal(got, canary) {
+		t.Errorf("ReadFile after fork bomb = %q, %v", got, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -445,7 +444,15 @@ func (e *e2eEnv) forkBomb(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	shells := matching(e.procs(t), func(a string) bool {
+	// Forking works again, so the counter can be read now.
+	if haveEvents {
+		after, _ := e.pidsMaxEvents(t)
+		t.Logf("pids.events max: %d before, %d after", before, after)
+		if after <= before {
+			t.Errorf("pids.events max = %d, was %d: the bomb never hit the pids limit", after, before)
+		}
+	}
+	shells := e2eMatching(e.procs(t), func(a string) bool {
 		cmd, _, _ := strings.Cut(a, " ")
 		return path.Base(cmd) == "sh"
 	})

@@ -58,15 +58,15 @@ func TestLabels(t *testing.T) {
 	}{
 		{
 			name: "no expiry",
-			spec: sandbox.Spec{Session: "s", Tenant: "t"},
-			want: map[string]string{"cws.managed": "true", "cws.session": "s", "cws.tenant": "t", "cws.expires": ""},
+			spec: sandbox.Spec{Session: "s", Tenant: "t", Subject: "ci", Image: "img:1"},
+			want: map[string]string{"cws.managed": "true", "cws.session": "s", "cws.tenant": "t", "cws.sub": "ci", "cws.image": "img:1", "cws.expires": ""},
 		},
 		{
 			name: "expiry in UTC, extra labels, cws.* reserved",
 			spec: sandbox.Spec{Session: "s", Tenant: "t", Expires: exp, Labels: map[string]string{
 				"team": "a", "cws.managed": "false", "cws.session": "evil", "cws.agent": "x",
 			}},
-			want: map[string]string{"cws.managed": "true", "cws.session": "s", "cws.tenant": "t", "cws.expires": "2030-01-02T02:04:05Z", "team": "a"},
+			want: map[string]string{"cws.managed": "true", "cws.session": "s", "cws.tenant": "t", "cws.sub": "", "cws.image": "", "cws.expires": "2030-01-02T02:04:05Z", "team": "a"},
 		},
 	}
 	for _, tc := range tests {

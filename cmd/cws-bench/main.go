@@ -1,0 +1,144 @@
+// Command cws-bench measures cws's sandbox paths against the real Docker engine and
+// prints the results as a markdown table (what `make bench` runs):
+//
+//	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-list]
+//
+// Each measurement is a section (see section.go); sections share one sandbox of the
+// chosen image, created on first use and removed at the end. Progress goes to stderr,
+// the table to stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cwsdev/cws/internal/bench"
+	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cws-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cws-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	image := fs.String("image", version.WorkspaceImage, "image of the benchmark sandboxes")
+	agentBin := fs.String("agent", "", "static cws-agent binary; empty builds one (CGO_ENABLED=0 go build)")
+	scale := fs.Float64("n", 1, "scale every section's iteration count by this factor (e.g. 0.1 for a smoke run)")
+	only := fs.String("only", "", "comma-separated sections to run; empty runs all (see -list)")
+	list := fs.Bool("list", false, "list the sections and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *scale <= 0 {
+		return fmt.Errorf("-n must be positive, got %g", *scale)
+	}
+	if *list {
+		for _, s := range ordered() {
+			fmt.Fprintf(stdout, "%-10s %s\n", s.Name, s.Doc)
+		}
+		return nil
+	}
+	chosen, err := choose(*only)
+	if err != nil {
+		return err
+	}
+
+	if *agentBin == "" {
+		dir, err := os.MkdirTemp("", "cws-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(stderr, "bench: building cws-agent…")
+		if *agentBin, err = buildAgent(ctx, dir); err != nil {
+			return err
+		}
+	}
+	d, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	e := &env{driver: d, image: *image, scale: *scale, progress: stderr}
+	defer e.close(ctx)
+
+	var rows []bench.Row
+	for _, s := range chosen {
+		e.logf("section %s", s.Name)
+		r, err := s.Run(ctx, e)
+		rows = append(rows, r...)
+		if err != nil {
+			return fmt.Errorf("section %s: %w", s.Name, err)
+		}
+	}
+	fmt.Fprintf(stdout, "cws %s, image %s, %s\n\n", version.Version, *image, host())
+	if err := bench.WriteTable(stdout, rows); err != nil {
+		return err
+	}
+	for _, r := range ratios {
+		if line, ok := r.line(rows); ok {
+			fmt.Fprintln(stdout)
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	return nil
+}
+
+// choose returns the sections named in only (comma-separated), or all of them.
+func choose(only string) ([]section, error) {
+	all := ordered()
+	if only == "" {
+		return all, nil
+	}
+	var out []section
+	for name := range strings.SplitSeq(only, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(all, func(s section) bool { return s.Name == name })
+		if i < 0 {
+			names := make([]string, len(all))
+			for j, s := range all {
+				names[j] = s.Name
+			}
+			return nil, fmt.Errorf("no section %q (have %s)", name, strings.Join(names, ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
+
+// buildAgent builds the static agent into dir, from the module the command runs in.
+func buildAgent(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "cws-agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/cwsdev/cws/cmd/cws-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build cws-agent (or pass -agent): %v\n%s", err, b)
+	}
+	return out, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/cwsdev/cws/internal/bench"
+	"github.com/cwsdev/cws/sandbox/agent"
+)
+
+func init() {
+	sections = append(sections, section{
+		Name:  "read",
+		Order: 10,
+		Doc:   "read a file through the agent bridge vs a plain `docker exec cat`",
+		Run:   benchRead,
+	})
+	ratios = append(ratios, ratio{Num: "docker exec cat 4 KiB", Den: "agent read 4 KiB", Target: 20})
+}
+
+func benchRead(ctx context.Context, e *env) ([]bench.Row, error) {
+	b, err := e.sandbox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	const small, large = 4 << 10, 1 << 20
+	for _, f := range []struct {
+		path string
+		size int
+	}{{"bench/f4k", small}, {"bench/f1m", large}} {
+		content := make([]byte, f.size)
+		_, _ = rand.Read(content)
+		if _, err := b.Client.WriteFile(ctx, agent.WriteArgs{Path: f.path, Create: true, Mkdirs: true}, content); err != nil {
+			return nil, fmt.Errorf("write %s: %w", f.path, err)
+		}
+	}
+	agentRead := func(path string, size int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			got, _, err := b.Client.ReadFile(ctx, agent.ReadArgs{Path: path})
+			if err == nil && len(got) != size {
+				err = fmt.Errorf("read %d bytes of %s, want %d", len(got), path, size)
+			}
+			return err
+		}
+	}
+	dockerCat := func(ctx context.Context) error {
+		out, code, err := e.driver.Exec(ctx, b.ID, []string{"cat", "/workspace/bench/f4k"}, "")
+		if err == nil && (code != 0 || len(out) != small) {
+			err = fmt.Errorf("cat: exit %d, %d bytes", code, len(out))
+		}
+		return err
+	}
+
+	runs := []struct {
+		name      string
+		note      string
+		warmup, n int
+		fn        func(context.Context) error
+	}{
+		{"agent read 4 KiB", "ReadFile over the attached bridge", 100, e.iterations(2000), agentRead("bench/f4k", small)},
+		{"docker exec cat 4 KiB", "driver.Exec slow path: a fresh `docker exec`", 3, e.iterations(50), dockerCat},
+		{"agent read 1 MiB", "ReadFile over the attached bridge", 10, e.iterations(200), agentRead("bench/f1m", large)},
+	}
+	var rows []bench.Row
+	for _, r := range runs {
+		e.logf("%s × %d…", r.name, r.n)
+		samples, err := bench.Run(ctx, r.warmup, r.n, r.fn)
+		row := bench.Summarize(r.name, samples)
+		row.Note = r.note
+		rows = append(rows, row)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	return rows, nil
+}
