@@ -30,6 +30,7 @@ func TestRunCommand(t *testing.T) {
 		{"seed option timeout", map[string]any{"workspaceRoot": ".", "command": "echo", "args": []string{"-n", "x"}, "options": map[string]any{"cwd": ".", "timeout": 60, "confirmed": true}}, 0, "x", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			res, err := e.call("runCommand", tc.args)
 			if err != nil {
 				t.Fatal(err)
@@ -46,6 +47,7 @@ func TestRunCommand(t *testing.T) {
 	}
 
 	t.Run("seed response fields", func(t *testing.T) {
+		e := e.sub(t)
 		v := e.ok("runCommand", map[string]any{"command": "echo", "args": []string{"-n", "ok"}})
 		s := asJSON(v)
 		if !containsAll(s, `"command":"echo"`, `"args":["-n","ok"]`, `"exitCode":0`, `"stdout":"ok"`, `"stderr":""`) {
@@ -53,6 +55,7 @@ func TestRunCommand(t *testing.T) {
 		}
 	})
 	t.Run("timeout kills and reports timedOut", func(t *testing.T) {
+		e := e.sub(t)
 		res, err := e.call("runCommand", map[string]any{"command": "sleep", "args": []string{"30"}, "options": map[string]any{"timeout": 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -63,6 +66,7 @@ func TestRunCommand(t *testing.T) {
 		}
 	})
 	t.Run("missing program is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		res, err := e.call("runCommand", map[string]any{"command": "no-such-program-cws"})
 		if err != nil {
 			t.Fatal(err)
@@ -73,6 +77,7 @@ func TestRunCommand(t *testing.T) {
 		}
 	})
 	t.Run("output streams to OnOutput", func(t *testing.T) {
+		e := e.sub(t)
 		var mu sync.Mutex
 		got := map[string]string{}
 		res, err := e.callOpts("runCommand", map[string]any{"command": "sh", "args": []string{"-c", "echo one; echo two >&2; echo three"}},
@@ -104,10 +109,12 @@ func TestRunCommand(t *testing.T) {
 		{"cwd outside", map[string]any{"command": "true", "options": map[string]any{"cwd": "../"}}, workspace.ErrTraversal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			e.refused(tc.want, "runCommand", tc.args)
 		})
 	}
 	t.Run("cwd that is a file", func(t *testing.T) {
+		e := e.sub(t)
 		e.failed("runCommand", map[string]any{"command": "true", "options": map[string]any{"cwd": "sub/dir/f.txt"}})
 	})
 }
@@ -198,6 +205,7 @@ func TestProcesses(t *testing.T) {
 	}
 
 	t.Run("a finished process's exit code", func(t *testing.T) {
+		e := e.sub(t)
 		p := value[*workspace.ProcessInfo](t, e.ok("startProcess", map[string]any{"command": "sh", "args": []string{"-c", "echo done; exit 7"}}))
 		o := value[*workspace.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "waitMs": 30000}))
 		if o.Process.Running || o.Process.ExitCode == nil || *o.Process.ExitCode != 7 || o.Stdout != "done\n" {
@@ -205,19 +213,23 @@ func TestProcesses(t *testing.T) {
 		}
 	})
 	t.Run("unknown id", func(t *testing.T) {
+		e := e.sub(t)
 		e.failed("readProcessOutput", map[string]any{"id": "p999"})
 		e.failed("killProcess", map[string]any{"id": "p999"})
 	})
 	t.Run("waitMs bounds", func(t *testing.T) {
+		e := e.sub(t)
 		e.refused(workspace.ErrInvalid, "readProcessOutput", map[string]any{"id": p.ID, "waitMs": 60001})
 		e.refused(workspace.ErrInvalid, "readProcessOutput", map[string]any{"id": p.ID, "waitMs": -1})
 	})
 	t.Run("same policy as runCommand", func(t *testing.T) {
+		e := e.sub(t)
 		e.refused(workspace.ErrCommand, "startProcess", map[string]any{"command": "/bin/sh"})
 		e.refused(workspace.ErrPolicy, "startProcess", map[string]any{"command": "true", "options": map[string]any{"env": map[string]string{"LD_PRELOAD": "x"}}})
 		e.refused(workspace.ErrTraversal, "startProcess", map[string]any{"command": "true", "options": map[string]any{"cwd": "/tmp"}})
 	})
 	t.Run("missing program", func(t *testing.T) {
+		e := e.sub(t)
 		e.failed("startProcess", map[string]any{"command": "no-such-program-cws"})
 	})
 }

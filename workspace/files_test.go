@@ -45,6 +45,7 @@ func TestReadFile(t *testing.T) {
 		{"empty", ".", "empty.txt", "empty.txt", []byte{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			a := map[string]any{"path": tc.path}
 			if tc.root != "" {
 				a["workspaceRoot"] = tc.root
@@ -86,11 +87,13 @@ func TestReadFile(t *testing.T) {
 	}
 
 	t.Run("missing file is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		if f := e.failure("readFile", map[string]any{"path": "nope.txt"}); f.Code != "not_found" {
 			t.Errorf("code = %q, want not_found", f.Code)
 		}
 	})
 	t.Run("directory is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		if f := e.failure("readFile", map[string]any{"path": "docs"}); f.Code != "is_dir" {
 			t.Errorf("code = %q, want is_dir", f.Code)
 		}
@@ -117,6 +120,7 @@ func TestWriteFile(t *testing.T) {
 		{"empty", "empty.txt", "", nil, "empty.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			a := map[string]any{"workspaceRoot": ".", "path": tc.path, "contents": tc.contents}
 			if tc.opts != nil {
 				a["options"] = tc.opts
@@ -132,12 +136,14 @@ func TestWriteFile(t *testing.T) {
 	}
 
 	t.Run("seed response is exactly path and size", func(t *testing.T) {
+		e := e.sub(t)
 		v := e.ok("writeFile", map[string]any{"path": "test.txt", "contents": "Hello, World!\n"})
 		if got := asJSON(v); got != `{"path":"test.txt","size":14}` {
 			t.Errorf("result = %s", got)
 		}
 	})
 	t.Run("overwrite replaces content", func(t *testing.T) {
+		e := e.sub(t)
 		e.put("over.txt", "a long original content")
 		e.ok("writeFile", map[string]any{"path": "over.txt", "contents": "short"})
 		if got := e.get("over.txt"); got != "short" {
@@ -145,6 +151,7 @@ func TestWriteFile(t *testing.T) {
 		}
 	})
 	t.Run("atomic write leaves no temp file", func(t *testing.T) {
+		e := e.sub(t)
 		e.ok("writeFile", map[string]any{"path": "clean/f.txt", "contents": "x"})
 		ents, _ := os.ReadDir(e.path("clean"))
 		if len(ents) != 1 {
@@ -152,6 +159,7 @@ func TestWriteFile(t *testing.T) {
 		}
 	})
 	t.Run("createIfMissing false with missing parent is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		fd := e.failure("writeFile", map[string]any{"path": "missing/dir/x.txt", "contents": "x", "options": map[string]any{"createIfMissing": false}})
 		if fd.Code != "not_found" {
 			t.Errorf("code = %q, want not_found", fd.Code)
@@ -161,6 +169,7 @@ func TestWriteFile(t *testing.T) {
 		}
 	})
 	t.Run("writing a directory is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		e.failed("writeFile", map[string]any{"path": "a", "contents": "x"})
 	})
 }
@@ -179,7 +188,7 @@ func TestListFiles(t *testing.T) {
 			out = append(out, en.Path)
 		}
 		slices.Sort(out)
-		return notPolicy(out)
+		return out
 	}
 	for _, tc := range []struct {
 		name string
@@ -199,6 +208,7 @@ func TestListFiles(t *testing.T) {
 			[]string{"README.md", "src/lib/data.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			r := value[*workspace.ListFilesResult](t, e.ok("listFiles", tc.args))
 			if got := names(r); !slices.Equal(got, tc.want) {
 				t.Errorf("entries = %v, want %v", got, tc.want)
@@ -210,6 +220,7 @@ func TestListFiles(t *testing.T) {
 	}
 
 	t.Run("entry fields", func(t *testing.T) {
+		e := e.sub(t)
 		r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"path": "."}))
 		if r.Path != "." {
 			t.Errorf("path = %q", r.Path)
@@ -229,8 +240,9 @@ func TestListFiles(t *testing.T) {
 		}
 	})
 	t.Run("maxEntries cuts and marks truncated", func(t *testing.T) {
+		e := e.sub(t)
 		r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true, "maxEntries": 2}}))
-		if want := []string{".cws-policy.json", "README.md"}; seedWorkspacePolicy && (r.Entries[0].Path != want[0] || r.Entries[1].Path != want[1]) {
+		if want := []string{"README.md", "file.py"}; r.Count == 2 && (r.Entries[0].Path != want[0] || r.Entries[1].Path != want[1]) {
 			t.Errorf("first entries = %v, want %v (sorted order)", r.Entries, want)
 		}
 		if r.Count != 2 || len(r.Entries) != 2 || !r.Truncated {
@@ -238,17 +250,21 @@ func TestListFiles(t *testing.T) {
 		}
 	})
 	t.Run("missing directory is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		if f := e.failure("listFiles", map[string]any{"path": "nope"}); f.Code != "not_found" {
 			t.Errorf("code = %q", f.Code)
 		}
 	})
 	t.Run("a file is not a directory", func(t *testing.T) {
+		e := e.sub(t)
 		e.failed("listFiles", map[string]any{"path": "file.py"})
 	})
 	t.Run("invalid glob", func(t *testing.T) {
+		e := e.sub(t)
 		e.refused(workspace.ErrInvalid, "listFiles", map[string]any{"options": map[string]any{"globs": []string{"[a-"}}})
 	})
 	t.Run("negative maxEntries", func(t *testing.T) {
+		e := e.sub(t)
 		e.refused(workspace.ErrInvalid, "listFiles", map[string]any{"options": map[string]any{"maxEntries": -1}})
 	})
 }
@@ -264,7 +280,6 @@ func TestListFilesHidesDenied(t *testing.T) {
 	for _, en := range r.Entries {
 		got = append(got, en.Path)
 	}
-	got = notPolicy(got)
 	slices.Sort(got)
 	if want := []string{"app", "app/main.go"}; !slices.Equal(got, want) {
 		t.Errorf("entries = %v, want %v", got, want)
@@ -293,6 +308,7 @@ func TestEditFile(t *testing.T) {
 		{"replaceAll with no match refused", map[string]any{"oldText": "delta", "newText": "D", "replaceAll": true}, orig, 0, workspace.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			e.put("f.txt", orig)
 			tc.args["path"] = "f.txt"
 			if tc.err != nil {
@@ -309,6 +325,7 @@ func TestEditFile(t *testing.T) {
 		})
 	}
 	t.Run("missing file is an error result", func(t *testing.T) {
+		e := e.sub(t)
 		e.failure("editFile", map[string]any{"path": "nope.txt", "oldText": "a", "newText": "b"})
 	})
 }
@@ -331,6 +348,7 @@ func TestFindFiles(t *testing.T) {
 		{"no match", map[string]any{"pattern": "*.rs"}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			r := value[*workspace.FindFilesResult](t, e.ok("findFiles", tc.args))
 			got := slices.Clone(r.Files)
 			slices.Sort(got)
@@ -340,12 +358,14 @@ func TestFindFiles(t *testing.T) {
 		})
 	}
 	t.Run("maxResults counts files, not matching directories", func(t *testing.T) {
+		e := e.sub(t)
 		r := value[*workspace.FindFilesResult](t, e.ok("findFiles", map[string]any{"pattern": "*.go", "maxResults": 2}))
 		if r.Count != 2 || !r.Truncated {
 			t.Errorf("count = %d, truncated = %v", r.Count, r.Truncated)
 		}
 	})
 	t.Run("invalid pattern", func(t *testing.T) {
+		e := e.sub(t)
 		e.refused(workspace.ErrInvalid, "findFiles", map[string]any{"pattern": "[a-"})
 	})
 }
@@ -426,9 +446,6 @@ func TestMoveFile(t *testing.T) {
 // calls must work there under the tenant's policy alone.
 func TestNoWorkspacePolicyFile(t *testing.T) {
 	e := newTestEnv(t, `{"deniedPaths": [".env"]}`)
-	if err := os.Remove(e.path(".cws-policy.json")); err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
 	e.put("a.txt", "A")
 	e.put(".env", "SECRET")
 	if r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "a.txt"})); r.Content != "A" {

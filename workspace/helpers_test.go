@@ -58,31 +58,7 @@ func newEnv(t *testing.T, tenantPolicyJSON string) (*workspace.Service, workspac
 	if err != nil {
 		t.Fatalf("create session: %v", err)
 	}
-	if seedWorkspacePolicy {
-		if err := os.WriteFile(local.Path(sess.Sandbox, policy.FileName), []byte("{}"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return svc, caller, sess.ID, local
-}
-
-// seedWorkspacePolicy makes newEnv write an empty workspace policy ("{}", which
-// narrows nothing) into every new workspace. It works around a bug outside this
-// package's tool files: workspace/policycache.go keeps the agent's not-found error when
-// the workspace has no .cws-policy.json (the ErrNotFound case leaves err set, so eff is
-// never computed and every call fails with ".cws-policy.json: no such file or
-// directory"). TestNoWorkspacePolicyFile guards the fix; once it passes, set this false.
-var seedWorkspacePolicy = true
-
-// notPolicy drops the seeded policy file from a list of workspace paths.
-func notPolicy(paths []string) []string {
-	var out []string
-	for _, p := range paths {
-		if p != policy.FileName {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // env bundles newEnv's results with the session's host directory.
@@ -262,4 +238,13 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// sub returns e reporting to t, for use inside t.Run.
+func (e *env) sub(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
 }

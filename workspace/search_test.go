@@ -49,6 +49,7 @@ func TestSearchFiles(t *testing.T) {
 		{"non-ASCII query, case-insensitive", "ÉÉ", nil, []m{{"unicode.txt", 1, 1, "éé def here"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			a := map[string]any{"workspaceRoot": ".", "query": tc.query}
 			if tc.opts != nil {
 				a["options"] = tc.opts
@@ -68,12 +69,14 @@ func TestSearchFiles(t *testing.T) {
 	}
 
 	t.Run("maxResults cuts and marks truncated", func(t *testing.T) {
+		e := e.sub(t)
 		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "def", "options": map[string]any{"maxResults": 2}}))
 		if r.Count != 2 || len(r.Results) != 2 || !r.Truncated {
 			t.Errorf("count = %d, results = %d, truncated = %v", r.Count, len(r.Results), r.Truncated)
 		}
 	})
 	t.Run("results are never nil", func(t *testing.T) {
+		e := e.sub(t)
 		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "zzz-nothing"}))
 		if r.Results == nil || asJSON(r) != `{"query":"zzz-nothing","results":[],"count":0}` {
 			t.Errorf("result = %s", asJSON(r))
@@ -89,6 +92,7 @@ func TestSearchFiles(t *testing.T) {
 		{"negative maxResults", map[string]any{"query": "x", "options": map[string]any{"maxResults": -1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := e.sub(t)
 			e.refused(workspace.ErrInvalid, "searchFiles", tc.args)
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
@@ -35,11 +36,25 @@ type change struct {
 	original []byte // old content, to roll back
 }
 
-func patchName(name string, prefix string) string {
+// gitHeader finds a git diff's file header.
+var gitHeader = regexp.MustCompile(`(?m)^diff --git `)
+
+// patchName is a file's workspace path in the patch ("" for /dev/null). gitdiff already
+// drops a git diff's a/ and b/ prefixes, so a path in a directory named "a" keeps its
+// "a/". A traditional diff -u keeps them in its names (and gitdiff may give a modified
+// file's old name the new one's "b/"), so for it either prefix is dropped here.
+func patchName(name string, git bool) string {
 	if name == "" || name == "/dev/null" {
 		return ""
 	}
-	return strings.TrimPrefix(name, prefix)
+	if !git {
+		for _, prefix := range []string{"a/", "b/"} {
+			if rest, ok := strings.CutPrefix(name, prefix); ok {
+				return rest
+			}
+		}
+	}
+	return name
 }
 
 func applyPatch(ctx context.Context, c *call, a *ApplyPatchArgs) (*ApplyPatchResult, error) {
@@ -53,9 +68,10 @@ func applyPatch(ctx context.Context, c *call, a *ApplyPatchArgs) (*ApplyPatchRes
 	if len(files) == 0 {
 		return nil, invalidf("patch", "patch holds no file changes")
 	}
+	git := gitHeader.MatchString(a.Patch)
 	var plan []*change
 	for _, f := range files {
-		ch, err := c.planFile(ctx, a.WorkspaceRoot, f)
+		ch, err := c.planFile(ctx, a.WorkspaceRoot, f, git)
 		if err != nil {
 			return nil, err
 		}
@@ -73,11 +89,11 @@ func applyPatch(ctx context.Context, c *call, a *ApplyPatchArgs) (*ApplyPatchRes
 }
 
 // planFile reads a file the patch touches and computes its new content.
-func (c *call) planFile(ctx context.Context, root string, f *gitdiff.File) (*change, error) {
+func (c *call) planFile(ctx context.Context, root string, f *gitdiff.File, git bool) (*change, error) {
 	if f.IsBinary {
 		return nil, invalidf("patch", "binary patches are not supported (%s)", f.NewName)
 	}
-	oldName, newName := patchName(f.OldName, "a/"), patchName(f.NewName, "b/")
+	oldName, newName := patchName(f.OldName, git), patchName(f.NewName, git)
 	ch := &change{}
 	var err error
 	if !f.IsNew {

@@ -41,6 +41,7 @@ func ordered() []section {
 type ratio struct {
 	Num, Den string  // row names
 	Target   float64 // the ratio we aim for; 0 means none
+	AtMost   bool    // the target is an upper bound (num/den ≤ Target)
 }
 
 // ratios is the registry of comparisons; section files append to it in init.
@@ -55,11 +56,14 @@ func (r ratio) line(rows []bench.Row) (string, bool) {
 	x := float64(rows[num].P50) / float64(rows[den].P50)
 	s := fmt.Sprintf("**%s p50 / %s p50 = %.1f×**", r.Num, r.Den, x)
 	if r.Target > 0 {
-		verdict := "met"
-		if x < r.Target {
+		verdict, op := "met", "≥"
+		if r.AtMost {
+			op = "≤"
+		}
+		if (!r.AtMost && x < r.Target) || (r.AtMost && x > r.Target) {
 			verdict = "NOT met"
 		}
-		s += fmt.Sprintf(" (target ≥ %g×: %s)", r.Target, verdict)
+		s += fmt.Sprintf(" (target %s %g×: %s)", op, r.Target, verdict)
 	}
 	return s, true
 }

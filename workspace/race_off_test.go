@@ -1,0 +1,5 @@
+//go:build !race
+
+package workspace_test
+
+const raceEnabled = false
