@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -48,7 +49,11 @@ func (s *Service) Upload(ctx context.Context, caller Caller, id string, archive 
 	if err != nil {
 		return UploadResult{}, err
 	}
-	res, err := c.agent.TarIn(ctx, agent.TarInArgs{Path: ".", MaxBytes: maxUpload, Guard: c.guard}, archive)
+	// Uploads bring whole repositories, .git/config included: the git-protected paths
+	// guard the file tools, not the archive (the container stays the boundary).
+	g := *c.guard
+	g.Protect = slices.DeleteFunc(slices.Clone(g.Protect), func(p string) bool { return slices.Contains(policy.GitProtected, p) })
+	res, err := c.agent.TarIn(ctx, agent.TarInArgs{Path: ".", MaxBytes: maxUpload, Guard: &g}, archive)
 	s.policyChanged(id)
 	if err != nil {
 		return res, mapAgentError(err)

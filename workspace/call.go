@@ -94,6 +94,16 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 	}
 	g := eff.Guard()
 	c.pol, c.guard = eff, &g
+	if eff.NeedsConfirmation(t.Name) && !t.confirmsItself() {
+		confirmed, rest, err := takeConfirmed(args)
+		if err != nil {
+			return nil, err
+		}
+		if err := eff.CheckConfirmed(t.Name, confirmed); err != nil {
+			return nil, err
+		}
+		args = rest
+	}
 	v, err := t.run(ctx, c, args)
 	if err != nil {
 		if f, ok := asFailure(err); ok {
@@ -224,3 +234,33 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 // DenialRules are the policy rules a denial is counted under.
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
 	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy"}
+
+// confirmsItself reports whether the tool has the seed's options.confirmed and checks
+// confirmation in its body (runCommand, startProcess).
+func (t *Tool) confirmsItself() bool {
+	o := t.InputSchema.Properties["options"]
+	return o != nil && o.Properties["confirmed"] != nil
+}
+
+// takeConfirmed reads and removes a top-level "confirmed": true, which any tool listed in
+// confirmationRequired accepts.
+func takeConfirmed(raw json.RawMessage) (bool, json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || string(raw) == "null" {
+		return false, raw, nil
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return false, nil, invalidf("arguments", "arguments must be a JSON object: %v", err)
+	}
+	c, ok := m["confirmed"]
+	if !ok {
+		return false, raw, nil
+	}
+	var confirmed bool
+	if err := json.Unmarshal(c, &confirmed); err != nil {
+		return false, nil, invalidf("confirmed", "confirmed must be true or false")
+	}
+	delete(m, "confirmed")
+	rest, err := json.Marshal(m)
+	return confirmed, rest, err
+}

@@ -25,6 +25,9 @@ func (s *Service) effectivePolicy(ctx context.Context, c *call, tenant *policy.P
 	switch {
 	case errors.Is(err, agent.ErrNotFound):
 		err = nil // no workspace file: the tenant's policy as it is
+	case errors.Is(err, agent.ErrIsDir), errors.Is(err, agent.ErrTooLarge):
+		err = &policy.Violation{Err: ErrPolicy, Rule: "workspacePolicy", Path: policy.FileName,
+			Detail: fmt.Sprintf("the workspace's %s is not a policy file (%v): remove it", policy.FileName, err)}
 	case err != nil:
 		return nil, mapAgentError(err)
 	default:

@@ -38,7 +38,8 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 // Reconcile compares the containers cws manages with the store. A container whose
 // session the store does not know is an orphan: removed, or, with adopt (the store is
 // memory and was lost on restart), taken back into the store from its labels. A ready
-// session whose container is gone is removed.
+// session whose container is gone is removed. Containers of tenants this Service does
+// not serve are left alone: they belong to another cws sharing the engine.
 func (s *Service) Reconcile(ctx context.Context, adopt bool) error {
 	boxes, err := s.cfg.Sandboxes.List(ctx, nil)
 	if err != nil {
@@ -57,6 +58,11 @@ func (s *Service) Reconcile(ctx context.Context, adopt bool) error {
 	for _, b := range boxes {
 		seen[b.Session] = true
 		if _, ok := known[b.Session]; ok {
+			continue
+		}
+		if _, ok := s.cfg.Tenants.Policy(b.Tenant); !ok {
+			// Another cws on the same engine (other tenants file, other store) owns
+			// it: neither adopt nor remove what this one does not serve.
 			continue
 		}
 		if adopt && b.Session != "" && b.Tenant != "" && (b.Expires.IsZero() || now.Before(b.Expires)) {

@@ -47,8 +47,9 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 		e.env[0] = clone(DefaultEnvAllowlist)
 	}
 	e.guard.Deny = clone(tenant.DeniedPaths)
+	e.guard.Protect = clone(GitProtected)
 	if !tenant.AllowPolicyWrites {
-		e.guard.Protect = []string{FileName}
+		e.guard.Protect = append(e.guard.Protect, FileName)
 	}
 	addSet(&e.guard.Allow, tenant.AllowedPaths)
 	addSet(&e.commands, tenant.AllowedCommands)

@@ -13,6 +13,11 @@ package policy
 // configuration.
 const FileName = ".cws-policy.json"
 
+// GitProtected are paths tools may read but never write, whatever the policy: git runs
+// programs named in a repository's config (filter drivers, hooks), so writing them
+// would let a file tool start a program the command allowlist never saw.
+var GitProtected = []string{".git/config", ".git/hooks"}
+
 // WorkspaceDir is where the workspace is mounted in the container (sandbox.WorkspaceDir).
 const WorkspaceDir = "/workspace"
 

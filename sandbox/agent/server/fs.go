@@ -186,14 +186,14 @@ func wireError(err error) *agent.WireError {
 		code = agent.CodeTraversal
 	case errors.Is(err, fs.ErrNotExist):
 		code = agent.CodeNotFound
+	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it also matches
+		code = agent.CodeNotEmpty
 	case errors.Is(err, fs.ErrExist):
 		code = agent.CodeExists
 	case errors.Is(err, syscall.ENOTDIR):
 		code = agent.CodeNotDir
 	case errors.Is(err, syscall.EISDIR):
 		code = agent.CodeIsDir
-	case errors.Is(err, syscall.ENOTEMPTY):
-		code = agent.CodeNotEmpty
 	case errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		code = agent.CodeTooLarge
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -169,6 +169,9 @@ func newMatcher(q string, isRegex, caseSensitive bool) (matcher, error) {
 	if err != nil {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "invalid regex: %v", err)
 	}
+	if n := progSize(flags + q); n > maxRegexProg {
+		return nil, agent.Errorf(agent.CodeInvalid, "", "regex too complex (%d instructions, the limit is %d): simplify counted repetitions like {1000}", n, maxRegexProg)
+	}
 	if lit := requiredLiteral(flags + q); len(lit) >= 3 {
 		return &literalRegexMatcher{re: re, lit: lit}, nil
 	}
@@ -258,6 +261,22 @@ func equalFoldASCII(b, q []byte) bool {
 		}
 	}
 	return true
+}
+
+// maxRegexProg bounds a regex's compiled size. RE2 runs in linear time, but the
+// constant is the program's size: (a|b){1000}c scans a few MiB for minutes.
+const maxRegexProg = 2000
+
+func progSize(expr string) int {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 // requiredLiteral returns a case-sensitive literal every match must contain (the
