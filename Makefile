@@ -13,7 +13,7 @@ GOBUILD := CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)"
 # Fuzz targets run by `make test`, as package:FuzzName. A target whose function does not
 # exist yet is skipped with a message.
 FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch
-FUZZTIME     ?= 10s
+FUZZTIME     ?= 200000x
 TEST_TIMEOUT ?= 45m
 
 # Real-dependency tests skip locally when Docker/Redis are absent and fail when CI=true.

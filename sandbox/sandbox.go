@@ -7,13 +7,14 @@ import "time"
 
 // Labels every managed container and volume carries.
 const (
-	LabelManaged = "cws.managed" // "true"
-	LabelSession = "cws.session" // session id
-	LabelTenant  = "cws.tenant"  // tenant id
-	LabelExpires = "cws.expires" // RFC 3339 hard expiry
-	LabelSubject = "cws.sub"     // the JWT subject that created the session
-	LabelImage   = "cws.image"   // the workspace image, as requested
-	LabelAgent   = "cws.agent"   // on the agent volume: the agent's version-hash
+	LabelManaged  = "cws.managed"  // "true"
+	LabelInstance = "cws.instance" // which cws deployment owns it (drivers list only their own)
+	LabelSession  = "cws.session"  // session id
+	LabelTenant   = "cws.tenant"   // tenant id
+	LabelExpires  = "cws.expires"  // RFC 3339 hard expiry
+	LabelSubject  = "cws.sub"      // the JWT subject that created the session
+	LabelImage    = "cws.image"    // the workspace image, as requested
+	LabelAgent    = "cws.agent"    // on the agent volume: the agent's version-hash
 )
 
 // WorkspaceDir is where the session's workspace volume is mounted.

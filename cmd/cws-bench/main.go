@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	d, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second})
+	d, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second, Instance: "bench"})
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ type Config struct {
 	DefaultImage string        // workspace image when none is asked for
 	AgentBinary  string        // static cws-agent to inject; empty: next to this binary
 	Dev          bool          // create a dev tenant and print a token
+	Instance     string        // cws.instance label: which sandboxes this deployment owns
 	LogFormat    string        // text or json
 	LogLevel     string        // debug, info, warn, error
 	ReapEvery    time.Duration // reaper and reconcile interval
@@ -34,6 +35,7 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.RedisURL, "redis-url", getenv("CWS_REDIS_URL"), "Redis URL, e.g. redis://localhost:6379/0 (empty: embedded in-memory store) [CWS_REDIS_URL]")
 	f.StringVar(&c.DefaultImage, "default-image", envDefault(getenv, "CWS_DEFAULT_IMAGE", version.WorkspaceImage), "workspace image when none is asked for [CWS_DEFAULT_IMAGE]")
 	f.StringVar(&c.AgentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "static cws-agent binary to inject (default: cws-agent next to cws) [CWS_AGENT_BINARY]")
+	f.StringVar(&c.Instance, "instance", envDefault(getenv, "CWS_INSTANCE", "default"), "name of this cws deployment; it manages (and reaps) only sandboxes labelled with it. Replicas of one deployment share it [CWS_INSTANCE]")
 	f.BoolVar(&c.Dev, "dev", getenv("CWS_DEV") == "true" || getenv("CWS_DEV") == "1", "without --tenants: create a dev tenant and print a token and the MCP URL [CWS_DEV]")
 	f.StringVar(&c.LogFormat, "log-format", envDefault(getenv, "CWS_LOG_FORMAT", "text"), "log format: text or json [CWS_LOG_FORMAT]")
 	f.StringVar(&c.LogLevel, "log-level", envDefault(getenv, "CWS_LOG_LEVEL", "info"), "log level: debug, info, warn, error [CWS_LOG_LEVEL]")

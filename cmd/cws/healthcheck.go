@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -27,6 +28,18 @@ func healthcheckCmd(getenv func(string) string) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:9960/healthz", "health URL to check")
+	cmd.Flags().StringVar(&url, "url", healthURL(envDefault(getenv, "CWS_ADDR", "127.0.0.1:9960")), "health URL to check (default from CWS_ADDR)")
 	return cmd
+}
+
+// healthURL is /healthz on the listen address, with a wildcard host read as loopback.
+func healthURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://127.0.0.1:9960/healthz"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/healthz"
 }

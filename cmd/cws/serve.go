@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer store.Close()
 
-	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log})
+	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance})
 	if err != nil {
 		return err
 	}

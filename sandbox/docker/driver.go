@@ -8,6 +8,7 @@
 package docker
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -49,6 +50,11 @@ type Config struct {
 	// Log receives the driver's logs. Nil discards them.
 	Log *slog.Logger
 
+	// Instance names the cws deployment that owns the sandboxes (label cws.instance).
+	// List sees only this instance's sandboxes, so two deployments (or test runs)
+	// sharing one engine never reconcile away each other's. Empty means "default".
+	Instance string
+
 	// Defaults applies to every sandbox.Limits field that is zero in a Spec. Its own
 	// zero fields mean the package defaults: NanoCPUs 1 CPU (1e9), MemoryBytes 1 GiB
 	// (MemorySwap is set equal, so no swap), Pids 256, NoFile 4096, FileSizeBytes
@@ -56,12 +62,16 @@ type Config struct {
 	Defaults sandbox.Limits
 }
 
+// DefaultInstance is the cws.instance of a driver whose Config names none.
+const DefaultInstance = "default"
+
 // Driver runs sandboxes as Docker containers. It is safe for concurrent use.
 type Driver struct {
 	cli         *client.Client
 	log         *slog.Logger
 	stopTimeout time.Duration
 	defaults    sandbox.Limits
+	instance    string
 
 	agentPath   string
 	agentSHA256 string // hex
@@ -106,6 +116,7 @@ func New(cfg Config) (*Driver, error) {
 		agentSize:   size,
 		agentVolume: agentVolumeName(sum),
 		agentSem:    make(chan struct{}, 1),
+		instance:    cmp.Or(cfg.Instance, DefaultInstance),
 	}
 	return d, nil
 }

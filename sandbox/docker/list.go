@@ -16,7 +16,7 @@ import (
 // and all of the given labels, sorted by session. It is how cws finds what it owns
 // after a restart.
 func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error) {
-	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"))
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"), filters.Arg("label", sandbox.LabelInstance+"="+d.instance))
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
 	}

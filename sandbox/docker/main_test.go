@@ -87,7 +87,7 @@ func newDriver(t *testing.T) *Driver {
 	}
 	w := &testWriter{t: t}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d, err := New(Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log})
+	d, err := New(Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log, Instance: "test-docker"})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -89,6 +89,13 @@ func nonRoot(user string) bool {
 	return err1 == nil && err2 == nil && uid != 0 && gid != 0
 }
 
+// labels adds the driver's instance to the spec's labels.
+func (d *Driver) labels(spec sandbox.Spec) map[string]string {
+	l := labels(spec)
+	l[sandbox.LabelInstance] = d.instance
+	return l
+}
+
 // labels are spec.Labels plus the cws.* labels. Every key under the reserved "cws."
 // prefix comes from the driver, never from the spec.
 func labels(spec sandbox.Spec) map[string]string {
@@ -140,7 +147,7 @@ func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *contain
 		User:        "0:0",
 		WorkingDir:  sandbox.WorkspaceDir,
 		Env:         env(spec),
-		Labels:      labels(spec),
+		Labels:      d.labels(spec),
 		StopTimeout: &stop,
 	}
 	network := container.NetworkMode("none")

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace/policy"
+	dockerclient "github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+// doctorTimeout bounds each check that talks to something.
+const doctorTimeout = 5 * time.Second
+
+func doctorCmd(getenv func(string) string) *cobra.Command {
+	var o doctorOptions
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that everything cws needs is in place, and say how to fix what is not",
+		Long: `Check what cws serve needs, one line each, ✔ or ✘ with what to do next:
+
+  - the Docker engine answers (DOCKER_HOST, or the local socket)
+  - the workspace images are present
+  - cws-agent sits next to cws (or at --agent-binary)
+  - Redis answers, if --redis-url is given
+  - the tenants file loads and every tenant's policy parses, if --tenants is given
+  - a cws at --server is ready, if one answers there
+
+It exits 1 if any check fails.
+
+Examples:
+  cws doctor
+  cws doctor --tenants /etc/cws/tenants.yaml --redis-url redis://localhost:6379/0
+  cws doctor --image cws-workspace:0.1.0 --image my-team/workspace:latest`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d := &doctor{w: cmd.OutOrStdout()}
+			d.run(cmd.Context(), o)
+			if d.failed > 0 {
+				fmt.Fprintf(d.w, "\n%d check(s) failed.\n", d.failed)
+				return exitError{1}
+			}
+			fmt.Fprintln(d.w, "\nAll checks passed.")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.tenants, "tenants", getenv("CWS_TENANTS"), "tenants file to check [CWS_TENANTS]")
+	f.StringVar(&o.redisURL, "redis-url", getenv("CWS_REDIS_URL"), "Redis to check [CWS_REDIS_URL]")
+	f.StringArrayVar(&o.images, "image", []string{envDefault(getenv, "CWS_DEFAULT_IMAGE", version.WorkspaceImage)}, "image that must be present (repeatable)")
+	f.StringVar(&o.agentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "cws-agent binary to check (default: next to cws) [CWS_AGENT_BINARY]")
+	f.StringVar(&o.server, "server", envDefault(getenv, "CWS_SERVER", defaultServer), "cws whose /readyz to check, if it answers [CWS_SERVER]")
+	return cmd
+}
+
+type doctorOptions struct {
+	tenants     string
+	redisURL    string
+	images      []string
+	agentBinary string
+	server      string
+}
+
+// doctor prints check results and counts failures.
+type doctor struct {
+	w      io.Writer
+	failed int
+}
+
+func (d *doctor) ok(format string, a ...any) { fmt.Fprintf(d.w, "✔ "+format+"\n", a...) }
+
+func (d *doctor) skip(format string, a ...any) { fmt.Fprintf(d.w, "- "+format+"\n", a...) }
+
+func (d *doctor) fail(hint, format string, a ...any) {
+	d.failed++
+	fmt.Fprintf(d.w, "✘ "+format+"\n", a...)
+	if hint != "" {
+		fmt.Fprintf(d.w, "    → %s\n", hint)
+	}
+}
+
+func (d *doctor) run(ctx context.Context, o doctorOptions) {
+	d.docker(ctx, o.images)
+	d.agent(o.agentBinary)
+	d.redis(ctx, o.redisURL)
+	d.tenants(o.tenants)
+	d.server(ctx, o.server)
+}
+
+func (d *doctor) docker(ctx context.Context, images []string) {
+	const hint = "run `make deps` (installs and starts dockerd), or point DOCKER_HOST at a running engine"
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		d.fail(hint, "Docker engine: %v", err)
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		d.fail(hint, "Docker engine at %s: %v", cli.DaemonHost(), err)
+		d.skip("images: not checked without a Docker engine")
+		return
+	}
+	info, err := cli.Info(ctx)
+	if err != nil {
+		d.fail(hint, "Docker engine at %s: info: %v", cli.DaemonHost(), err)
+		return
+	}
+	d.ok("Docker engine %s at %s (API %s)", info.ServerVersion, cli.DaemonHost(), cli.ClientVersion())
+	for _, img := range images {
+		_, err := cli.ImageInspect(ctx, img)
+		switch {
+		case err == nil:
+			d.ok("image %s present", img)
+		case cerrdefs.IsNotFound(err):
+			d.fail("run `make images` (or `docker pull "+img+"`)", "image %s missing", img)
+		default:
+			d.fail("", "image %s: %v", img, err)
+		}
+	}
+}
+
+func (d *doctor) agent(path string) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			d.fail("pass --agent-binary", "agent binary: cannot locate cws itself: %v", err)
+			return
+		}
+		path = filepath.Join(filepath.Dir(exe), "cws-agent")
+	}
+	st, err := os.Stat(path)
+	const hint = "run `make build` (it puts cws-agent next to cws), or pass --agent-binary"
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		d.fail(hint, "agent binary %s missing", path)
+	case err != nil:
+		d.fail(hint, "agent binary %s: %v", path, err)
+	case !st.Mode().IsRegular() || st.Mode()&0o111 == 0:
+		d.fail("rebuild it with `make build`", "agent binary %s is not an executable file", path)
+	default:
+		d.ok("agent binary %s (%s)", path, humanBytes(st.Size()))
+	}
+}
+
+func (d *doctor) redis(ctx context.Context, url string) {
+	if url == "" {
+		d.skip("Redis: no --redis-url (cws serve would use the embedded in-memory store)")
+		return
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		d.fail("use a URL such as redis://localhost:6379/0", "Redis URL %s: %v", redactURL(url), err)
+		return
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		d.fail("start Redis (`docker compose up -d redis`), or drop --redis-url to use the embedded store", "Redis at %s: %v", redactURL(url), err)
+		return
+	}
+	d.ok("Redis at %s answers", redactURL(url))
+}
+
+func (d *doctor) tenants(path string) {
+	if path == "" {
+		d.skip("tenants: no --tenants (cws serve would need --dev)")
+		return
+	}
+	ts, err := auth.LoadTenants(path)
+	if err != nil {
+		d.fail("fix the tenants file (see README: Configuration)", "tenants file %s:\n      %s", path, strings.ReplaceAll(err.Error(), "\n", "\n      "))
+		return
+	}
+	list := ts.List()
+	d.ok("tenants file %s: %d tenant(s)", path, len(list))
+	for _, t := range list {
+		if t.PolicyFile == "" {
+			d.ok("tenant %s: default policy", t.ID)
+			continue
+		}
+		data, err := os.ReadFile(t.PolicyFile)
+		if err == nil {
+			_, err = policy.Parse(data)
+		}
+		if err != nil {
+			d.fail("fix "+t.PolicyFile+" (see README: Policy); cws serve refuses to start until it parses",
+				"tenant %s: policy %s: %v", t.ID, t.PolicyFile, err)
+			continue
+		}
+		d.ok("tenant %s: policy %s", t.ID, t.PolicyFile)
+	}
+}
+
+func (d *doctor) server(ctx context.Context, base string) {
+	base = strings.TrimRight(base, "/")
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+	if err != nil {
+		d.fail("pass --server as a URL such as "+defaultServer, "cws server %s: %v", base, err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.skip("cws at %s: not answering (start it with `cws serve --dev`)", base)
+		return
+	}
+	defer resp.Body.Close()
+	var body struct{ Status, Reason string }
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	if resp.StatusCode != http.StatusOK {
+		detail := body.Status
+		if body.Reason != "" {
+			detail += ": " + body.Reason
+		}
+		if detail == "" {
+			detail = resp.Status
+		}
+		d.fail("the checks above say what it is missing; its log says more", "cws at %s not ready (%s)", base, detail)
+		return
+	}
+	d.ok("cws at %s ready", base)
+}
