@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/cwsdev/cws/api/mcp"
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/policy"
@@ -50,15 +51,6 @@ var statuses = []struct {
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout"},
 }
 
-// rpcCodes are the seed's codes for the tool-call errors.
-var rpcCodes = []struct {
-	err  error
-	code int64
-}{
-	{workspace.ErrTraversal, -32001}, {workspace.ErrCommand, -32004}, {workspace.ErrConfirm, -32005},
-	{workspace.ErrTooLarge, -32003}, {workspace.ErrPolicy, -32002}, {workspace.ErrInvalid, -32602},
-}
-
 // fail writes err as the error body. 5xx never carry the cause: it is logged.
 func fail(c *gin.Context, log *slog.Logger, err error) {
 	status, code := http.StatusInternalServerError, "internal"
@@ -72,15 +64,9 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 	if errors.Is(err, workspace.ErrNotFound) {
 		d.Message = "not found" // the same bytes for a missing id and another tenant's
 	}
-	for _, r := range rpcCodes {
-		if errors.Is(err, r.err) {
-			d.RPCCode = r.code
-			break
-		}
-	}
 	var v *policy.Violation
-	if errors.As(err, &v) {
-		d.Path, d.Rule = v.Path, v.Rule
+	if errors.As(err, &v) { // a tool-level refusal: the same seed code MCP sends
+		d.Path, d.Rule, d.RPCCode = v.Path, v.Rule, mcp.Code(err)
 	}
 	if status >= 500 {
 		log.Error("request failed", "route", c.FullPath(), "status", status, "err", err)
