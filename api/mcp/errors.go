@@ -61,8 +61,8 @@ func rpcError(err error) *jsonrpc.Error {
 		if errors.As(err, &v) {
 			e.Message = v.Error()
 			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
-		} else if c.code != CodeInternal {
-			e.Message = err.Error()
+		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound {
+			e.Message = err.Error() // a missing session keeps the fixed message: ids are not echoed
 		}
 		return e
 	}
