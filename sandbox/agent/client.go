@@ -58,7 +58,8 @@ func (c *Client) Peer() Hello {
 	return c.peer
 }
 
-func yamuxConfig() *yamux.Config {
+// YamuxConfig is the multiplexer's configuration, the same on both ends.
+func YamuxConfig() *yamux.Config {
 	cfg := yamux.DefaultConfig()
 	cfg.AcceptBacklog = 1024
 	cfg.MaxStreamWindowSize = 16 << 20
@@ -85,7 +86,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, err
 	}
-	sess, err := yamux.Client(conn, yamuxConfig())
+	sess, err := yamux.Client(conn, YamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)

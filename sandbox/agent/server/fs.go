@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -105,6 +106,18 @@ func (w *workspace) resolve(rel string) (string, error) {
 		return ".", nil
 	}
 	return path.Join(out...), nil
+}
+
+// readDir lists a directory (resolved, real path) sorted by name.
+func (w *workspace) readDir(real string) ([]fs.DirEntry, error) {
+	d, err := w.root.Open(real)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, err
 }
 
 // target is a request path checked and resolved for an operation.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path"
-	"sort"
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -44,16 +43,10 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, err := s.ws.root.Open(real)
+		ents, err := s.ws.readDir(real)
 		if err != nil {
 			return err
 		}
-		ents, err := d.ReadDir(-1)
-		d.Close()
-		if err != nil {
-			return err
-		}
-		sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 		for _, e := range ents {
 			childReal, childRel := path.Join(real, e.Name()), path.Join(rel, e.Name())
 			if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {

@@ -17,7 +17,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/hashicorp/yamux"
@@ -115,7 +114,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	if err := agent.WriteHello(conn, ours); err != nil {
 		return
 	}
-	sess, err := yamux.Server(conn, yamuxConfig())
+	sess, err := yamux.Server(conn, agent.YamuxConfig())
 	if err != nil {
 		return
 	}
@@ -137,17 +136,6 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 		}
 		go s.serveStream(st)
 	}
-}
-
-func yamuxConfig() *yamux.Config {
-	cfg := yamux.DefaultConfig()
-	cfg.AcceptBacklog = 1024
-	cfg.MaxStreamWindowSize = 16 << 20
-	cfg.KeepAliveInterval = 20 * time.Second
-	cfg.ConnectionWriteTimeout = 30 * time.Second
-	cfg.StreamCloseTimeout = time.Minute
-	cfg.LogOutput = io.Discard
-	return cfg
 }
 
 // Close ends every connection. Background processes keep running.

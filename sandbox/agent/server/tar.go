@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"strings"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -44,16 +43,10 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, err := s.ws.root.Open(real)
+		ents, err := s.ws.readDir(real)
 		if err != nil {
 			return err
 		}
-		ents, err := d.ReadDir(-1)
-		d.Close()
-		if err != nil {
-			return err
-		}
-		sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 		for _, e := range ents {
 			childReal, childName := path.Join(real, e.Name()), path.Join(name, e.Name())
 			if a.Guard != nil && (a.Guard.Check(childReal) != nil || a.Guard.Check(path.Join(t.rel, childName)) != nil) {
