@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -151,10 +152,13 @@ func scanFile(m matcher, hay, buf []byte, rel string, maxLine int) []agent.Match
 func newMatcher(q string, isRegex, caseSensitive bool) (matcher, error) {
 	if !isRegex {
 		if caseSensitive {
+			if len(q) > 1 {
+				return newAnchorMatcher(q, false), nil
+			}
 			return literalMatcher(q), nil
 		}
 		if isASCII(q) {
-			if m := newAnchorMatcher(q); m != nil {
+			if m := newAnchorMatcher(q, true); m != nil {
 				return m, nil
 			}
 			return &lowerMatcher{q: lowerASCII(nil, []byte(q))}, nil
@@ -196,43 +200,57 @@ func (l *lowerMatcher) next(buf []byte, from int) (int, int) {
 	return literalMatcher(l.q).next(buf, from)
 }
 
-// anchorMatcher finds a case-insensitive ASCII query by one of its bytes that has no
-// case (punctuation, a digit, a space): memchr-fast scanning for that byte, then a
-// case-folded compare around it. No lowered copy of the file is needed.
+// anchorMatcher finds a literal by its rarest byte (memchr-fast scanning for that byte),
+// then compares the query around it. Ignoring ASCII case, the anchor is a byte without
+// case (punctuation, a digit, a space), so no lowered copy of the file is needed.
 type anchorMatcher struct {
-	q   []byte // lowered query
-	at  int    // the anchor's position in q
-	key byte
+	q    []byte // the query, lowered when fold
+	at   int    // the anchor's position in q
+	key  byte
+	fold bool // ignore ASCII case
 }
 
-// anchorRank prefers rarer caseless bytes: punctuation, then digits, then space.
-func anchorRank(c byte) int {
+// byteRank estimates how common a byte is in source code (higher is more common), so
+// the anchor is the rarest byte of the query: fewer false candidates to check.
+func byteRank(c byte) int {
 	switch {
-	case c == ' ' || c == '\t':
-		return 1
+	case c == ' ' || c == '\t' || c == '\n':
+		return 250
+	case strings.IndexByte("etaoinsrlhdc", c) >= 0:
+		return 220
+	case 'a' <= c && c <= 'z':
+		return 180
+	case strings.IndexByte(".,;:_=()", c) >= 0:
+		return 150
+	case 'A' <= c && c <= 'Z':
+		return 120
 	case '0' <= c && c <= '9':
-		return 2
-	case c == '.' || c == ',' || c == '_' || c == '-' || c == '/':
-		return 3
+		return 110
 	}
-	return 4
+	return 100
 }
 
-func newAnchorMatcher(q string) *anchorMatcher {
-	best, rank := -1, 0
+// newAnchorMatcher picks the query's rarest byte as the anchor. Ignoring case, only
+// bytes without case (not letters) can anchor; it returns nil when there is none.
+func newAnchorMatcher(q string, fold bool) *anchorMatcher {
+	best, rank := -1, 1<<30
 	for i := 0; i < len(q); i++ {
 		c := q[i]
-		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') {
+		if fold && (('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')) {
 			continue
 		}
-		if r := anchorRank(c); r > rank {
+		if r := byteRank(c); r < rank {
 			best, rank = i, r
 		}
 	}
 	if best < 0 {
 		return nil
 	}
-	return &anchorMatcher{q: lowerASCII(nil, []byte(q)), at: best, key: q[best]}
+	m := &anchorMatcher{q: []byte(q), at: best, key: q[best], fold: fold}
+	if fold {
+		m.q = lowerASCII(nil, m.q)
+	}
+	return m
 }
 
 func (m *anchorMatcher) next(buf []byte, from int) (int, int) {
@@ -242,12 +260,19 @@ func (m *anchorMatcher) next(buf []byte, from int) (int, int) {
 			return -1, -1
 		}
 		st := pos + i - m.at
-		if end := st + len(m.q); end <= len(buf) && equalFoldASCII(buf[st:end], m.q) {
+		if end := st + len(m.q); st >= 0 && end <= len(buf) && m.equal(buf[st:end]) {
 			return st, end
 		}
 		pos += i + 1
 	}
 	return -1, -1
+}
+
+func (m *anchorMatcher) equal(b []byte) bool {
+	if m.fold {
+		return equalFoldASCII(b, m.q)
+	}
+	return bytes.Equal(b, m.q)
 }
 
 // equalFoldASCII compares b with the lowered ASCII query q, ignoring ASCII case.
