@@ -86,9 +86,9 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 		per := e.iterations(max(200, 2000/k))
 		e.logf("MCP readFile with %d concurrent sessions, %d calls each…", k, per)
 		var (
-			mu      sync.Mutex
-			samples []time.Duration
-			wg      sync.WaitGroup
+			mu       sync.Mutex
+			samples  []time.Duration
+			wg       sync.WaitGroup
 			firstErr error
 		)
 		start := time.Now()
