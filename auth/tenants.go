@@ -124,3 +124,12 @@ func DevTenants(secret []byte) (*Tenants, error) {
 		Keys:     []Key{key},
 	}}), nil
 }
+
+// PolicyFiles maps each tenant id to its policy file (empty when it names none).
+func (ts *Tenants) PolicyFiles() map[string]string {
+	out := map[string]string{}
+	for _, t := range ts.List() {
+		out[t.ID] = t.PolicyFile
+	}
+	return out
+}

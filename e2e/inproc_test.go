@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	"github.com/cwsdev/cws/api"
@@ -18,30 +17,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// policies is every tenant's policy (workspace.Tenants), as cmd/cws builds it.
-type policies map[string]*policy.Policy
-
-func (p policies) Policy(tenant string) (*policy.Policy, bool) {
-	v, ok := p[tenant]
-	return v, ok
-}
-
 // loadPolicies reads each fixture tenant's policy file the way `cws serve` does.
-func loadPolicies(t testing.TB, fx *fixture) policies {
+func loadPolicies(t testing.TB, fx *fixture) policy.ByTenant {
 	t.Helper()
-	out := policies{}
-	for _, tn := range fx.tenants.List() {
-		p := policy.Default()
-		if tn.PolicyFile != "" {
-			data, err := os.ReadFile(tn.PolicyFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p, err = policy.Parse(data); err != nil {
-				t.Fatalf("tenant %s: %v", tn.ID, err)
-			}
-		}
-		out[tn.ID] = p
+	out, err := policy.LoadFiles(fx.tenants.PolicyFiles())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

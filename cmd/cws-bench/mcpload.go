@@ -28,10 +28,6 @@ func init() {
 	})
 }
 
-type devPolicies struct{}
-
-func (devPolicies) Policy(string) (*policy.Policy, bool) { return policy.Default(), true }
-
 // bearer adds a token to every request.
 type bearer struct {
 	token string
@@ -46,7 +42,8 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	tenants, _ := auth.NewDevTenants()
-	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies{}, DefaultImage: e.image})
+	devPolicies := policy.ByTenant{auth.DevTenantID: policy.Default()}
+	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies, DefaultImage: e.image})
 	defer svc.Close()
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -54,7 +51,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 		return nil, err
 	}
 	base := "http://" + ln.Addr().String()
-	mh := cwsmcp.New(cwsmcp.Config{Service: svc, Verifier: verifier, Tenants: devPolicies{}, ResourceMetadataURL: base + auth.WellKnownPath})
+	mh := cwsmcp.New(cwsmcp.Config{Service: svc, Verifier: verifier, Tenants: devPolicies, ResourceMetadataURL: base + auth.WellKnownPath})
 	hs := &http.Server{Handler: api.New(api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: base})}
 	go hs.Serve(ln)
 	defer hs.Close()

@@ -41,7 +41,7 @@ func newTestServer(t *testing.T) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pols := tenantPolicies{auth.DevTenantID: policy.Default()}
+	pols := policy.ByTenant{auth.DevTenantID: policy.Default()}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test", Commit: "test"})
 	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: sandboxtest.New(t), Tenants: pols,

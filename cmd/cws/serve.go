@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/cwsdev/cws/api"
@@ -52,14 +51,6 @@ Examples:
 	return cmd
 }
 
-// tenantPolicies is every tenant's policy, loaded at start.
-type tenantPolicies map[string]*policy.Policy
-
-func (t tenantPolicies) Policy(tenant string) (*policy.Policy, bool) {
-	p, ok := t[tenant]
-	return p, ok
-}
-
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
@@ -71,30 +62,17 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // loadTenants reads the tenants file and each tenant's policy, or makes the dev tenant.
-func loadTenants(cfg Config) (*auth.Tenants, tenantPolicies, []byte, error) {
+func loadTenants(cfg Config) (*auth.Tenants, policy.ByTenant, []byte, error) {
 	if cfg.TenantsFile == "" {
 		ts, secret := auth.NewDevTenants()
-		return ts, tenantPolicies{auth.DevTenantID: policy.Default()}, secret, nil
+		return ts, policy.ByTenant{auth.DevTenantID: policy.Default()}, secret, nil
 	}
 	ts, err := auth.LoadTenants(cfg.TenantsFile)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pols := tenantPolicies{}
-	for _, t := range ts.List() {
-		p := policy.Default()
-		if t.PolicyFile != "" {
-			data, err := os.ReadFile(t.PolicyFile)
-			if err != nil {
-				return nil, nil, nil, fmt.Errorf("tenant %s: %w", t.ID, err)
-			}
-			if p, err = policy.Parse(data); err != nil {
-				return nil, nil, nil, fmt.Errorf("tenant %s: policy %s: %w", t.ID, t.PolicyFile, err)
-			}
-		}
-		pols[t.ID] = p
-	}
-	return ts, pols, nil, nil
+	pols, err := policy.LoadFiles(ts.PolicyFiles())
+	return ts, pols, nil, err
 }
 
 func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {

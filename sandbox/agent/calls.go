@@ -23,13 +23,7 @@ func (c *Client) Stat(ctx context.Context, a StatArgs) (FileInfo, error) {
 // ReadTo streams a file (or a range of it) into w.
 func (c *Client) ReadTo(ctx context.Context, a ReadArgs, w io.Writer) (ReadResult, error) {
 	var r ReadResult
-	err := c.Call(ctx, OpRead, a, nil, func(ev string, data []byte) error {
-		if ev != EventData {
-			return nil
-		}
-		_, err := w.Write(data)
-		return err
-	}, &r)
+	err := c.Call(ctx, OpRead, a, nil, dataTo(w), &r)
 	return r, err
 }
 
@@ -119,13 +113,7 @@ func (c *Client) ProcKill(ctx context.Context, a ProcKillArgs) (ProcInfo, error)
 // TarOut streams a directory as a tar archive into w.
 func (c *Client) TarOut(ctx context.Context, a TarOutArgs, w io.Writer) (TarResult, error) {
 	var r TarResult
-	err := c.Call(ctx, OpTarOut, a, nil, func(ev string, data []byte) error {
-		if ev != EventData {
-			return nil
-		}
-		_, err := w.Write(data)
-		return err
-	}, &r)
+	err := c.Call(ctx, OpTarOut, a, nil, dataTo(w), &r)
 	return r, err
 }
 
@@ -134,4 +122,15 @@ func (c *Client) TarIn(ctx context.Context, a TarInArgs, archive io.Reader) (Tar
 	var r TarResult
 	err := c.CallStream(ctx, OpTarIn, a, archive, nil, &r)
 	return r, err
+}
+
+// dataTo writes a call's data events to w.
+func dataTo(w io.Writer) EventFunc {
+	return func(ev string, data []byte) error {
+		if ev != EventData {
+			return nil
+		}
+		_, err := w.Write(data)
+		return err
+	}
 }
