@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
@@ -59,52 +58,4 @@ func (s *Service) Upload(ctx context.Context, caller Caller, id string, archive 
 		return res, mapAgentError(err)
 	}
 	return res, nil
-}
-
-// emptyTree is git's hash of the empty tree, the base of a repository without commits.
-const emptyTree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
-// Diff returns the workspace's changes since its last commit as a git patch, new
-// (untracked) files included, without touching the repository's index.
-func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, error) {
-	c, err := s.direct(ctx, caller, id)
-	if err != nil {
-		return "", err
-	}
-	run := func(args ...string) (string, error) {
-		argv := append(append([]string{"git"}, gitSafety...), args...)
-		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: maxGitOutput,
-			Env: map[string]string{"GIT_INDEX_FILE": "/tmp/.cws-diff-index", "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
-		if err != nil {
-			return "", mapAgentError(err)
-		}
-		if r.StartError != "" {
-			return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "git is not installed in this workspace image"}
-		}
-		if r.ExitCode != 0 {
-			return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "git " + args[0] + ": " + strings.TrimSpace(string(r.Stderr))}
-		}
-		if r.StdoutTruncated {
-			return "", &policy.Violation{Err: ErrTooLarge, Rule: "diff", Detail: "the diff is larger than 4 MiB: download the archive instead"}
-		}
-		return string(r.Stdout), nil
-	}
-	if _, err := run("rev-parse", "--git-dir"); err != nil {
-		return "", &policy.Violation{Err: ErrInvalid, Rule: "git", Detail: "the workspace is not a git repository: run git init (and commit a baseline) first"}
-	}
-	base := "HEAD"
-	if _, err := run("rev-parse", "--verify", "-q", "HEAD"); err != nil {
-		base = emptyTree
-	}
-	if _, err := run("read-tree", base); err != nil {
-		return "", err
-	}
-	add := []string{"add", "-A", "--", "."}
-	for _, d := range c.guard.Deny { // denied paths stay out of the diff
-		add = append(add, ":(exclude,glob)"+d, ":(exclude,glob)"+d+"/**")
-	}
-	if _, err := run(add...); err != nil {
-		return "", err
-	}
-	return run("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base)
 }
