@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -18,10 +20,16 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 	if err != nil {
 		return "", err
 	}
+	// A private index per call: concurrent diffs never share one, the repository's own is
+	// never touched.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	index := "/tmp/.cws-diff-index-" + hex.EncodeToString(rnd[:])
+	defer c.agent.Exec(context.WithoutCancel(ctx), agent.ExecArgs{Argv: []string{"rm", "-f", index, index + ".lock"}, TimeoutMS: 10_000}, nil, nil) //nolint:errcheck
 	run := func(args ...string) (string, error) {
 		argv := append(append([]string{"git"}, gitSafety...), args...)
 		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: maxGitOutput,
-			Env: map[string]string{"GIT_INDEX_FILE": "/tmp/.cws-diff-index", "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
+			Env: map[string]string{"GIT_INDEX_FILE": index, "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
 		if err != nil {
 			return "", mapAgentError(err)
 		}
@@ -46,12 +54,16 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 	if _, err := run("read-tree", base); err != nil {
 		return "", err
 	}
-	add := []string{"add", "-A", "--", "."}
-	for _, d := range c.guard.Deny { // denied paths stay out of the diff
-		add = append(add, ":(exclude,glob)"+d, ":(exclude,glob)"+d+"/**")
-	}
-	if _, err := run(add...); err != nil {
+	// Denied paths stay out of the index and out of the diff: git is given the guard's
+	// pathspecs, and literal excludes for every listed name the agent refuses (a hard link
+	// to a denied file, a symlink into one).
+	if _, err := run(append([]string{"add", "-A", "--"}, pathspecs(c.guard, nil)...)...); err != nil {
 		return "", err
 	}
-	return run("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base)
+	git := func(_ context.Context, _ []byte, args ...string) (string, error) { return run(args...) }
+	specs, err := c.scopeSpecs(ctx, []string{"diff", "--cached", "--name-only", "-z", "--no-renames", base}, nil, git)
+	if err != nil {
+		return "", mapAgentError(err)
+	}
+	return run(append([]string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}, specs...)...)
 }

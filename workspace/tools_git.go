@@ -99,7 +99,7 @@ func gitStatus(ctx context.Context, c *call, a *GitStatusArgs) (*GitStatusResult
 	if _, err := c.resolve(a.WorkspaceRoot, ".", false, 0); err != nil {
 		return nil, err
 	}
-	out, err := c.git(ctx, nil, "status", "--porcelain=v1", "-z", "--branch", "--untracked-files=all")
+	out, err := c.git(ctx, nil, append([]string{"status", "--porcelain=v1", "-z", "--branch", "--untracked-files=all", "--"}, pathspecs(c.guard, nil)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +128,8 @@ func gitStatus(ctx context.Context, c *call, a *GitStatusArgs) (*GitStatusResult
 				f.OrigPath = recs[i]
 			}
 		}
-		if c.pol.CheckRead(f.Path) != nil {
-			continue // denied paths are not shown
+		if c.pol.CheckRead(f.Path) != nil || (f.OrigPath != "" && c.pol.CheckRead(f.OrigPath) != nil) {
+			continue // the pathspecs left denied paths out; a rename's other side too
 		}
 		res.Files = append(res.Files, f)
 	}
@@ -161,22 +161,51 @@ func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, erro
 		}
 		args = append(args, "-U"+strconv.Itoa(*a.ContextLines))
 	}
-	args = append(args, "--end-of-options")
+	var revs []string
 	if a.Ref != "" {
 		if err := validRef("ref", a.Ref); err != nil {
 			return nil, err
 		}
-		args = append(args, a.Ref)
+		if err := c.commitRange(ctx, "ref", a.Ref); err != nil {
+			return nil, err
+		}
+		revs = []string{a.Ref}
 	}
 	paths, err := c.paths(a.WorkspaceRoot, a.Paths)
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.git(ctx, nil, append(append(args, "--"), paths...)...)
+	names := append(append([]string{"diff", "--name-only", "-z", "--no-renames"}, args[4:]...), "--end-of-options")
+	out, err := c.gitScoped(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths)
 	if err != nil {
 		return nil, err
 	}
 	return &GitDiffResult{Diff: toText([]byte(out)), Empty: out == ""}, nil
+}
+
+// commitRange checks that every end of a revision or range ("A", "A..B", "A...B") names
+// a commit: a raw blob or tree id would make git print a file's contents by its object
+// id, past every path rule.
+func (c *call) commitRange(ctx context.Context, field, rev string) error {
+	ends := []string{rev}
+	if a, b, ok := strings.Cut(rev, "..."); ok {
+		ends = []string{a, b}
+	} else if a, b, ok := strings.Cut(rev, ".."); ok {
+		ends = []string{a, b}
+	}
+	for _, e := range ends {
+		if e == "" {
+			continue // "A.." is "A..HEAD"
+		}
+		if _, err := c.git(ctx, nil, "rev-parse", "--verify", "-q", "--end-of-options", e+"^{commit}"); err != nil {
+			if f, ok := asFailure(err); ok {
+				f.Error.Message = fmt.Sprintf("%s: %q does not name a commit in this repository (blob and tree ids are refused)", field, e)
+				return &failure{Code: "git_failed", Message: f.Error.Message}
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 type GitLogArgs struct {
@@ -236,12 +265,12 @@ func gitLog(ctx context.Context, c *call, a *GitLogArgs) (*GitLogResult, error) 
 
 type GitShowArgs struct {
 	Root
-	Ref string `json:"ref,omitempty" jsonschema:"Commit to show. Default HEAD."`
+	Ref string `json:"ref,omitempty" jsonschema:"Commit to show (default HEAD), or REF:path for a file or directory as it is in that commit."`
 }
 
 type GitShowResult struct {
 	Ref    string `json:"ref"`
-	Output string `json:"output" jsonschema:"git show: the commit's header, message and patch."`
+	Output string `json:"output" jsonschema:"git show: the commit's header, message and patch; for REF:path the file's content (or the directory's entries)."`
 }
 
 func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, error) {
@@ -249,10 +278,52 @@ func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, erro
 	if ref == "" {
 		ref = "HEAD"
 	}
+	if rev, file, ok := strings.Cut(ref, ":"); ok {
+		return c.showFile(ctx, a.WorkspaceRoot, ref, rev, file)
+	}
 	if err := validRef("ref", ref); err != nil {
 		return nil, err
 	}
-	out, err := c.git(ctx, nil, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref, "--")
+	if err := c.commitRange(ctx, "ref", ref); err != nil {
+		return nil, err
+	}
+	if strings.Contains(ref, "..") {
+		return nil, invalidf("ref", "gitShow shows one commit; for a range use gitLog or gitDiff")
+	}
+	out, err := c.gitScoped(ctx,
+		[]string{"show", "--no-color", "--format=", "--name-only", "-z", "--no-renames", "--end-of-options", ref},
+		[]string{"show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &GitShowResult{Ref: ref, Output: toText([]byte(out))}, nil
+}
+
+// showFile shows REF:path: a file as it is in a commit. The path is checked like a
+// readFile path (a denied one is a policy violation), and REF must name a commit, so the
+// path is read from the commit's root tree, never from a tree id that would rebase it.
+func (c *call) showFile(ctx context.Context, root, ref, rev, file string) (*GitShowResult, error) {
+	if err := validRef("ref", rev); err != nil {
+		return nil, err
+	}
+	if strings.Contains(rev, "..") {
+		return nil, invalidf("ref", "%q: REF:path takes one commit, not a range", ref)
+	}
+	if err := c.commitRange(ctx, "ref", rev); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(file, "/") || strings.HasPrefix(file, "./") || strings.HasPrefix(file, "../") {
+		return nil, invalidf("ref", "in REF:path the path is relative to the repository root, without ./ or /")
+	}
+	rel, err := c.resolve(root, file, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	spec := rev + ":" + rel
+	if rel == "." {
+		spec = rev + ":"
+	}
+	out, err := c.git(ctx, nil, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--end-of-options", spec)
 	if err != nil {
 		return nil, err
 	}
@@ -279,8 +350,8 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 	if err != nil {
 		return nil, err
 	}
-	if a.All {
-		if _, err := c.git(ctx, nil, "add", "-A"); err != nil {
+	if a.All { // denied paths are not staged: they stay out of history
+		if _, err := c.git(ctx, nil, append([]string{"add", "-A", "--"}, pathspecs(c.guard, nil)...)...); err != nil {
 			return nil, err
 		}
 	}

@@ -124,6 +124,13 @@ func (c *Client) TarIn(ctx context.Context, a TarInArgs, archive io.Reader) (Tar
 	return r, err
 }
 
+// Check returns which paths the guard refuses to show (see CheckArgs).
+func (c *Client) Check(ctx context.Context, a CheckArgs) (CheckResult, error) {
+	var r CheckResult
+	err := c.Call(ctx, OpCheck, a, nil, nil, &r)
+	return r, err
+}
+
 // dataTo writes a call's data events to w.
 func dataTo(w io.Writer) EventFunc {
 	return func(ev string, data []byte) error {

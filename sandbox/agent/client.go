@@ -163,7 +163,7 @@ var errRetryable = errors.New("stream broken")
 
 func idempotent(op string) bool {
 	switch op {
-	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput:
+	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput, OpCheck:
 		return true
 	}
 	return false

@@ -24,6 +24,7 @@ const (
 	OpProcKill   = "proc.kill"
 	OpTarOut     = "tar.out"
 	OpTarIn      = "tar.in"
+	OpCheck      = "check"
 )
 
 // Event names carried by event frames.
@@ -243,6 +244,20 @@ type ProcKillArgs struct {
 // SafePath is the only PATH commands are resolved on and run with: never the workspace,
 // never a caller's PATH.
 const SafePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// CheckArgs asks which of some workspace-relative paths the guard refuses to show: a
+// denied name, a name whose symlink-resolved path is denied or leads out, or (where the
+// guard denies anything) a regular file with more than one link. Paths that do not exist
+// are judged by name alone. The host uses it to build git pathspec excludes.
+type CheckArgs struct {
+	Paths []string     `json:"paths"`
+	Guard *guard.Guard `json:"guard,omitempty"`
+}
+
+// CheckResult lists the refused paths, as they were asked.
+type CheckResult struct {
+	Refused []string `json:"refused"`
+}
 
 // TarOutArgs streams a directory as a tar archive (data events). Guard-denied paths are
 // left out; symlinks are archived as links.

@@ -6,7 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"golang.org/x/sys/unix"
 )
 
 // binarySniff is how much of a file decides whether it is binary.
@@ -37,11 +39,12 @@ func (s *Server) stat(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 	if err := decode(args, &a); err != nil {
 		return nil, err
 	}
-	t, err := s.ws.open(a.Path, a.Guard, false)
+	t, f, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := s.ws.root.Stat(t.real)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +75,8 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 	if a.Offset < 0 || a.Length < 0 {
 		return nil, agent.Errorf(agent.CodeInvalid, a.Path, "offset and length must not be negative")
 	}
-	t, err := s.ws.open(a.Path, a.Guard, false)
-	if err != nil {
-		return nil, err
-	}
-	f, err := s.ws.root.Open(t.real)
+	// O_NONBLOCK: a FIFO planted in the workspace must not hang the read.
+	t, f, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +87,9 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 	}
 	if fi.IsDir() {
 		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, agent.Errorf(agent.CodeInvalid, t.rel, "not a regular file")
 	}
 	if a.MaxSize > 0 && fi.Size() > a.MaxSize {
 		return nil, agent.Errorf(agent.CodeTooLarge, t.rel, "file is %d bytes, the limit is %d", fi.Size(), a.MaxSize)
@@ -144,6 +147,27 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 	if a.MaxSize > 0 && int64(len(body)) > a.MaxSize {
 		return nil, agent.Errorf(agent.CodeTooLarge, a.Path, "content is %d bytes, the limit is %d", len(body), a.MaxSize)
 	}
+	mode := uint32(0o644)
+	if a.Mode != 0 {
+		mode = uint32(fs.FileMode(a.Mode).Perm())
+	}
+	for try := 0; ; try++ {
+		fi, err := s.writeOnce(&a, body, mode)
+		if swapped(err) && try < swapRetries {
+			continue // a directory or the file became a symlink after the check
+		}
+		if swapped(err) {
+			return nil, agent.Errorf(agent.CodeDenied, a.Path, "the path keeps changing while it is written (a symlink was swapped in)")
+		}
+		return fi, err
+	}
+}
+
+// writeOnce resolves and checks the path, then writes through file descriptors opened
+// without following links: the parent directory for an atomic write (a temp file, then
+// renameat within that directory), the file itself otherwise (truncated only after its
+// link count was checked, so a hard link to a denied file is never changed).
+func (s *Server) writeOnce(a *agent.WriteArgs, body []byte, mode uint32) (any, error) {
 	t, err := s.ws.open(a.Path, a.Guard, true)
 	if err != nil {
 		return nil, err
@@ -151,65 +175,101 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 	if t.real == "." {
 		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
 	}
-	mode := fs.FileMode(0o644)
-	if a.Mode != 0 {
-		mode = fs.FileMode(a.Mode).Perm()
-	}
-	switch fi, err := s.ws.root.Stat(t.real); {
-	case err == nil && fi.IsDir():
-		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
-	case err == nil:
-		mode = fi.Mode().Perm()
-	case !errors.Is(err, fs.ErrNotExist):
+	dir, base, err := s.ws.openParent(t, a.Mkdirs)
+	if err != nil {
 		return nil, err
+	}
+	defer dir.Close()
+	dfd := int(dir.Fd())
+	var st unix.Stat_t
+	switch err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return nil, &fs.PathError{Op: "write", Path: t.real, Err: unix.ELOOP} // swapped in after resolve
+	case err == nil:
+		mode = st.Mode & 0o777
+	case err != unix.ENOENT:
+		return nil, &fs.PathError{Op: "stat", Path: t.real, Err: err}
 	case !a.Create:
 		return nil, agent.Errorf(agent.CodeNotFound, t.rel, "file does not exist")
 	}
-	dir := path.Dir(t.real)
-	if _, err := s.ws.root.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if !a.Mkdirs {
-			return nil, agent.Errorf(agent.CodeNotFound, path.Dir(t.rel), "parent directory does not exist")
-		}
-		if err := s.ws.root.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
+	var f *os.File
 	if a.Atomic {
-		err = s.writeAtomic(t.real, body, mode)
+		f, err = writeAtomicAt(dfd, base, body, mode)
 	} else {
-		err = s.ws.root.WriteFile(t.real, body, mode)
+		f, err = writeInPlaceAt(dfd, base, body, mode, a.Guard, t.rel)
 	}
 	if err != nil {
 		return nil, err
 	}
-	fi, err := s.ws.root.Stat(t.real)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	return fileInfo(t.rel, fi), nil
 }
 
-// writeAtomic writes a temp file beside the target and renames it over the target, so a
-// reader sees the old content or the new, never a mix.
-func (s *Server) writeAtomic(real string, body []byte, mode fs.FileMode) error {
+// writeAtomicAt writes a temp file in the directory dfd and renames it over base, so a
+// reader sees the old content or the new, never a mix. Renaming replaces the name only:
+// a hard link's other names keep the old content. It returns the new file, open.
+func writeAtomicAt(dfd int, base string, body []byte, mode uint32) (*os.File, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := path.Join(path.Dir(real), "."+path.Base(real)+".cws-"+hex.EncodeToString(rnd[:])+".tmp")
-	f, err := s.ws.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
+	tmp := "." + base + ".cws-" + hex.EncodeToString(rnd[:]) + ".tmp"
+	if len(tmp) > 255 {
+		tmp = ".cws-" + hex.EncodeToString(rnd[:]) + ".tmp"
 	}
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, &fs.PathError{Op: "create", Path: base, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), base)
 	_, err = f.Write(body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = unix.Fchmod(fd, mode) // the umask narrowed the create
 	}
 	if err == nil {
-		err = s.ws.root.Rename(tmp, real)
+		if rerr := unix.Renameat(dfd, tmp, dfd, base); rerr != nil {
+			err = &fs.PathError{Op: "rename", Path: base, Err: rerr}
+		}
 	}
 	if err != nil {
-		_ = s.ws.root.Remove(tmp)
+		f.Close()
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return nil, err
 	}
-	return err
+	return f, nil
+}
+
+// writeInPlaceAt opens base in dfd without following a link, checks its link count, and
+// only then truncates and writes it.
+func writeInPlaceAt(dfd int, base string, body []byte, mode uint32, g *guard.Guard, rel string) (*os.File, error) {
+	fd, err := unix.Openat(dfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: base, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), base)
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		err = agent.Errorf(agent.CodeInvalid, rel, "not a regular file")
+	}
+	if err == nil && denies(g) {
+		err = linkRule(&st, rel)
+	}
+	if err == nil {
+		err = f.Truncate(0)
+	}
+	if err == nil {
+		_, err = f.Write(body)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (s *Server) remove(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
@@ -221,14 +281,39 @@ func (s *Server) remove(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.ws.root.Lstat(t.real); err != nil {
+	dir, base, err := s.ws.openParent(t, false)
+	if err != nil {
 		return nil, err
 	}
-	if a.Recursive {
-		return nil, s.ws.root.RemoveAll(t.real)
+	defer dir.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(dir.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "remove", Path: t.rel, Err: err}
 	}
-	return nil, s.ws.root.Remove(t.real)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, unlinkAt(dir, base, 0, t.rel)
+	}
+	if a.Recursive {
+		// The directory, as a root of its own: RemoveAll never follows a link out of it.
+		sub, err := os.OpenRoot(fdPath(dir))
+		if err != nil {
+			return nil, err
+		}
+		defer sub.Close()
+		return nil, sub.RemoveAll(base)
+	}
+	return nil, unlinkAt(dir, base, unix.AT_REMOVEDIR, t.rel)
 }
+
+func unlinkAt(dir *os.File, base string, flags int, rel string) error {
+	if err := unix.Unlinkat(int(dir.Fd()), base, flags); err != nil {
+		return &fs.PathError{Op: "remove", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// fdPath names an open directory through /proc, so a path-based API starts exactly there.
+func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 func (s *Server) rename(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
 	var a agent.RenameArgs
@@ -243,21 +328,31 @@ func (s *Server) rename(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.ws.root.Lstat(from.real); err != nil {
+	fd, fbase, err := s.ws.openParent(from, false)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := s.ws.root.Lstat(to.real); err == nil && !a.Overwrite {
-		return nil, agent.Errorf(agent.CodeExists, to.rel, "destination exists")
+	defer fd.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(fd.Fd()), fbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "rename", Path: from.rel, Err: err}
 	}
-	if a.Mkdirs {
-		if err := s.ws.root.MkdirAll(path.Dir(to.real), 0o755); err != nil {
-			return nil, err
+	td, tbase, err := s.ws.openParent(to, a.Mkdirs)
+	if err != nil {
+		return nil, err
+	}
+	defer td.Close()
+	flags := uint(unix.RENAME_NOREPLACE)
+	if a.Overwrite {
+		flags = 0
+	}
+	if err := unix.Renameat2(int(fd.Fd()), fbase, int(td.Fd()), tbase, flags); err != nil {
+		if err == unix.EEXIST {
+			return nil, agent.Errorf(agent.CodeExists, to.rel, "destination exists")
 		}
+		return nil, &fs.PathError{Op: "rename", Path: to.rel, Err: err}
 	}
-	if err := s.ws.root.Rename(from.real, to.real); err != nil {
-		return nil, err
-	}
-	fi, err := s.ws.root.Lstat(to.real)
+	fi, err := os.Lstat(fdPath(td) + "/" + tbase)
 	if err != nil {
 		return nil, err
 	}
@@ -273,10 +368,15 @@ func (s *Server) mkdir(ctx context.Context, args json.RawMessage, _ []byte, _ *r
 	if err != nil {
 		return nil, err
 	}
-	if err := s.ws.root.MkdirAll(t.real, 0o755); err != nil {
+	if err := s.ws.mkdirAll(t.real); err != nil {
 		return nil, err
 	}
-	fi, err := s.ws.root.Stat(t.real)
+	f, err := s.ws.openReal(t.real, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"golang.org/x/sys/unix"
 )
 
 // maxLinks bounds symlink hops while resolving one path, as the kernel does (ELOOP).
@@ -22,6 +23,7 @@ const maxLinks = 40
 type workspace struct {
 	dir  string   // absolute, e.g. /workspace
 	root *os.Root // all I/O goes through it: nothing can escape dir
+	fd   int      // dir opened O_PATH: the base of openReal (see beneath.go)
 }
 
 func openWorkspace(dir string) (*workspace, error) {
@@ -29,7 +31,12 @@ func openWorkspace(dir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", dir, err)
 	}
-	return &workspace{dir: path.Clean(dir), root: root}, nil
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("open workspace %s: %w", dir, err)
+	}
+	return &workspace{dir: path.Clean(dir), root: root, fd: fd}, nil
 }
 
 // clean turns a request path into a clean workspace-relative one ("." is the root).
@@ -110,7 +117,7 @@ func (w *workspace) resolve(rel string) (string, error) {
 
 // readDir lists a directory (resolved, real path) sorted by name.
 func (w *workspace) readDir(real string) ([]fs.DirEntry, error) {
-	d, err := w.root.Open(real)
+	d, err := w.openReal(real, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"golang.org/x/sys/unix"
 )
 
 // defaultMaxEntries bounds a listing when the caller sets no limit.
@@ -25,11 +26,12 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 	if a.MaxEntries <= 0 {
 		a.MaxEntries = defaultMaxEntries
 	}
-	t, err := s.ws.open(a.Path, a.Guard, false)
+	t, d, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := s.ws.root.Stat(t.real)
+	fi, err := d.Stat()
+	d.Close()
 	if err != nil {
 		return nil, err
 	}

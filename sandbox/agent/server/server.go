@@ -78,6 +78,7 @@ func New(cfg Config) (*Server, error) {
 		agent.OpProcKill:   s.procKill,
 		agent.OpTarOut:     s.tarOut,
 		agent.OpTarIn:      s.tarIn,
+		agent.OpCheck:      s.check,
 	}
 	return s, nil
 }

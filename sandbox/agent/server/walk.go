@@ -13,6 +13,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
 	ignore "github.com/sabhiram/go-gitignore"
 	"golang.org/x/sys/unix"
 )
@@ -135,18 +136,26 @@ func (q *dirQueue) done() {
 // (a NUL byte in the first 8 KiB) and files over a.MaxFileSize skipped. It returns how
 // many files were searched.
 func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, visit func(w *searchWorker, rel string, buf []byte)) (int, error) {
-	fi, err := s.ws.root.Stat(t.real)
+	// Opened without following links: what is searched is the path that was checked.
+	top, err := s.ws.openReal(t.real, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, err
 	}
+	fi, err := top.Stat()
+	if err != nil {
+		top.Close()
+		return 0, err
+	}
 	if !fi.IsDir() {
-		f, err := s.ws.root.Open(t.real)
-		if err != nil {
+		defer top.Close()
+		if !fi.Mode().IsRegular() {
+			return 0, nil
+		}
+		if err := checkLinks(top, a.Guard, t.rel); err != nil {
 			return 0, err
 		}
-		defer f.Close()
 		w := &searchWorker{}
-		if buf, ok := readAll(f, a.MaxFileSize, w.buf); ok {
+		if buf, ok := readAll(top, a.MaxFileSize, w.buf); ok {
 			visit(w, t.rel, buf)
 			return 1, nil
 		}
@@ -163,10 +172,6 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 		for _, d := range chain {
 			rules = s.loadIgnore(rules, d)
 		}
-	}
-	top, err := s.ws.root.Open(t.real)
-	if err != nil {
-		return 0, err
 	}
 	q := &dirQueue{}
 	q.cond = sync.NewCond(&q.mu)
@@ -255,6 +260,10 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 		if err != nil {
 			continue
 		}
+		if hardLinked(fd, a.Guard) {
+			unix.Close(fd)
+			continue // maybe a denied file under another name (see checkLinks)
+		}
 		f := os.NewFile(uintptr(fd), childReal)
 		buf, ok := readAll(f, a.MaxFileSize, w.buf)
 		f.Close()
@@ -312,4 +321,14 @@ func matchAnySearch(globs []string, rel string) bool {
 		}
 	}
 	return false
+}
+
+// hardLinked reports whether the open file fd has more than one link while the guard
+// denies anything: search skips it, as the file tools refuse it.
+func hardLinked(fd int, g *guard.Guard) bool {
+	if !denies(g) {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) != nil || st.Nlink > 1
 }

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"golang.org/x/sys/unix"
+)
+
+// maxCheckPaths bounds one check call.
+const maxCheckPaths = 100_000
+
+// check answers which paths the guard refuses to show (agent.CheckArgs): the host runs
+// git's name listing first, asks here, and excludes what is refused where git produces
+// its output.
+func (s *Server) check(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+	var a agent.CheckArgs
+	if err := decode(args, &a); err != nil {
+		return nil, err
+	}
+	if len(a.Paths) > maxCheckPaths {
+		return nil, agent.Errorf(agent.CodeInvalid, "", "at most %d paths per check", maxCheckPaths)
+	}
+	res := agent.CheckResult{Refused: []string{}}
+	for _, p := range a.Paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.refused(p, &a) {
+			res.Refused = append(res.Refused, p)
+		}
+	}
+	return res, nil
+}
+
+func (s *Server) refused(p string, a *agent.CheckArgs) bool {
+	if a.Guard == nil {
+		return false
+	}
+	t, err := s.ws.open(p, a.Guard, false)
+	if err != nil {
+		var we *agent.WireError
+		// A name that does not resolve (a parent is a file now, a dangling link) is judged
+		// by its name; anything else refuses.
+		if errors.As(err, &we) || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+			return true
+		}
+		return a.Guard.Check(p) != nil
+	}
+	if !denies(a.Guard) {
+		return false
+	}
+	var st unix.Stat_t
+	f, err := s.ws.openReal(t.real, unix.O_PATH, 0)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) // swapped while checking: refuse
+	}
+	defer f.Close()
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return true
+	}
+	return linkRule(&st, p) != nil
+}

@@ -1,0 +1,169 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+)
+
+// Denied paths never leave the workspace through git. Every git command that prints
+// file contents or changes (diff in all its modes, show, log -p, the REST diff) is
+// limited where git produces its output, by pathspecs:
+//
+//  1. the guard's rules become git glob pathspecs: each deniedPaths pattern an exclude
+//     (`:(exclude,glob)p` and `p/**`, since a rule about a directory covers its
+//     contents), and one allowedPaths set the positive pathspecs;
+//  2. git lists the names the command would touch (`--name-only`, no contents), and the
+//     agent judges each one with the real guard: the name, its symlink-resolved path and,
+//     where anything is denied, a hard link (a denied file's inode under another name).
+//     What it refuses is added as `:(exclude,literal)name`, which also covers every
+//     difference between doublestar's globs and git's wildmatch, and a second allow set;
+//  3. git runs the command with all of them.
+//
+// The output is never filtered as text. A diff may show that a denied file changed only
+// where git itself says so in an allowed path's terms (a rename to an allowed name).
+
+// maxBraceExpansions bounds what one pattern's {a,b} groups may expand to.
+const maxBraceExpansions = 256
+
+// pathspecs are the guard's rules as git pathspecs. userPaths, already checked, replace
+// the allow set as the positive pathspecs (they are inside it).
+func pathspecs(g *guard.Guard, userPaths []string) []string {
+	specs := []string{}
+	for _, p := range userPaths {
+		specs = append(specs, ":(literal)"+p)
+	}
+	if g == nil {
+		return specs
+	}
+	if len(userPaths) == 0 && len(g.Allow) > 0 {
+		set := g.Allow[len(g.Allow)-1] // the others are enforced by the name check
+		if len(set) == 0 {
+			return []string{":(exclude,glob)**"} // an empty set allows nothing
+		}
+		for _, p := range set {
+			specs = append(specs, globSpecs("glob", p)...)
+		}
+	}
+	for _, p := range g.Deny {
+		specs = append(specs, globSpecs("exclude,glob", p)...)
+	}
+	return specs
+}
+
+// globSpecs turns one guard pattern into git glob pathspecs with the given magic: braces
+// expanded (git's wildmatch has none), and "p/**" beside "p".
+func globSpecs(magic, pattern string) []string {
+	if err := guard.ValidPattern(pattern); err != nil {
+		return []string{":(" + magic + ")**"} // a bad rule fails closed, as in the guard
+	}
+	var out []string
+	for _, p := range expandBraces(pattern) {
+		if p == "." {
+			p = "**"
+		}
+		out = append(out, ":("+magic+")"+p)
+		if !strings.HasSuffix(p, "**") {
+			out = append(out, ":("+magic+")"+p+"/**")
+		}
+	}
+	return out
+}
+
+// expandBraces expands doublestar's {a,b} alternation, innermost last, up to
+// maxBraceExpansions results (the rest fall to the name check).
+func expandBraces(p string) []string {
+	open := -1
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '{':
+			open = i
+		}
+		if open >= 0 {
+			break
+		}
+	}
+	if open < 0 {
+		return []string{p}
+	}
+	depth, start := 0, open+1
+	var alts []string
+	for i := open; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '{':
+			depth++
+		case ',':
+			if depth == 1 {
+				alts = append(alts, p[start:i])
+				start = i + 1
+			}
+		case '}':
+			if depth--; depth == 0 {
+				alts = append(alts, p[start:i])
+				var out []string
+				for _, a := range alts {
+					for _, e := range expandBraces(p[:open] + a + p[i+1:]) {
+						if len(out) == maxBraceExpansions {
+							return out
+						}
+						out = append(out, e)
+					}
+				}
+				return out
+			}
+		}
+	}
+	return []string{p} // unbalanced: ValidPattern refused it already
+}
+
+// gitScoped runs a git command that prints contents or changes with the guard's
+// pathspecs. names is the same command listing names only (no contents); out is the
+// command itself. Both get "--" and the pathspecs appended.
+func (c *call) gitScoped(ctx context.Context, names, out []string, userPaths []string) (string, error) {
+	specs, err := c.scopeSpecs(ctx, names, userPaths, c.git)
+	if err != nil {
+		return "", err
+	}
+	return c.git(ctx, nil, append(append(out, "--"), specs...)...)
+}
+
+// scopeSpecs returns the pathspecs for a scoped git command: the guard's rules, plus a
+// literal exclude for every name git lists that the agent refuses.
+func (c *call) scopeSpecs(ctx context.Context, names []string, userPaths []string,
+	git func(ctx context.Context, stdin []byte, args ...string) (string, error)) ([]string, error) {
+	specs := pathspecs(c.guard, userPaths)
+	if c.guard == nil {
+		return specs, nil
+	}
+	listed, err := git(ctx, nil, append(append(names, "--"), specs...)...)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	seen := map[string]bool{}
+	for _, p := range strings.Split(listed, "\x00") {
+		p = strings.TrimSpace(strings.TrimSuffix(p, "\n"))
+		if p != "" && !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return specs, nil
+	}
+	r, err := c.agent.Check(ctx, agent.CheckArgs{Paths: paths, Guard: c.guard})
+	if err != nil {
+		return nil, fmt.Errorf("check git paths: %w", err)
+	}
+	for _, p := range r.Refused {
+		specs = append(specs, ":(exclude,literal)"+p)
+	}
+	return specs, nil
+}
