@@ -127,7 +127,11 @@ func TestDeniedPathsDocker(t *testing.T) {
 		if err := flip.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { inContainer(t, ctr, "touch", "stop"); _ = flip.Wait(); inContainer(t, ctr, "rm", "-f", "stop", "x") }()
+		defer func() {
+			inContainer(t, ctr, "touch", "stop")
+			_ = flip.Wait()
+			inContainer(t, ctr, "rm", "-f", "stop", "x")
+		}()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		leaks, reads := 0, 0
