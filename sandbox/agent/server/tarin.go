@@ -3,8 +3,6 @@ package server
 import (
 	"archive/tar"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -53,17 +49,6 @@ const (
 	// maxTarTrailer bounds what may follow tar's end-of-archive marker (record padding).
 	maxTarTrailer = 1 << 20
 )
-
-// activeStaging holds the staging directories of uploads in progress in this process
-// (by absolute path), so the sweep of stale ones never removes a live one.
-var activeStaging sync.Map
-
-// isStaging reports whether a workspace-relative real path is, or is inside, an upload's
-// staging directory. Tools should not show such paths.
-func isStaging(real string) bool {
-	first, _, _ := strings.Cut(real, "/")
-	return strings.HasPrefix(first, stagingPrefix)
-}
 
 func (s *Server) tarIn(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
 	var a agent.TarInArgs
@@ -280,25 +265,6 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 	return nil
 }
 
-// entryName cleans an entry's name into an archive path ("." for the root). Absolute
-// names and names with a ".." component are traversals: they are refused, not cleaned.
-func entryName(raw string) (string, error) {
-	switch {
-	case raw == "":
-		return "", agent.Errorf(agent.CodeInvalid, raw, "empty entry name")
-	case strings.ContainsRune(raw, 0):
-		return "", agent.Errorf(agent.CodeTraversal, raw, "entry name contains a NUL byte")
-	case path.IsAbs(raw):
-		return "", agent.Errorf(agent.CodeTraversal, raw, "absolute entry name")
-	}
-	for _, p := range strings.Split(raw, "/") {
-		if p == ".." {
-			return "", agent.Errorf(agent.CodeTraversal, raw, "entry name climbs out with ..")
-		}
-	}
-	return path.Clean(raw), nil
-}
-
 // parents checks the archive paths above name: each must be a directory of the archive
 // (listed or implied), never a file or a symlink of it. New ones are claimed as implied
 // directories.
@@ -417,137 +383,4 @@ func (x *extraction) stageErr(entry string, err error) error {
 		return agent.Errorf(agent.CodeTooLarge, entry, "no space left for the archive: %v", err)
 	}
 	return &agent.WireError{Code: agent.CodeInternal, Path: entry, Message: fmt.Sprintf("stage entry: %v", err)}
-}
-
-// linkTarget checks a hard link: its target must be a regular file earlier in the
-// archive, and readable under the guard. It returns the target's archive path.
-func (x *extraction) linkTarget(hdr *tar.Header) (string, error) {
-	target, err := entryName(hdr.Linkname)
-	if err != nil {
-		return "", agent.Errorf(agent.CodeTraversal, hdr.Name, "hard link target %q is outside the workspace", hdr.Linkname)
-	}
-	if err := checkGuard(x.g, false, path.Join(x.base.rel, target), path.Join(x.base.real, target)); err != nil {
-		return "", entryDenied(hdr.Name, "hard link target", err)
-	}
-	if x.kinds[target] != kindFile {
-		return "", agent.Errorf(agent.CodeInvalid, hdr.Name, "hard link target %q is not a regular file earlier in the archive", hdr.Linkname)
-	}
-	return target, nil
-}
-
-// symlinkTarget checks a symlink at real: its target, resolved lexically from the
-// link's directory, must stay inside the workspace and be readable under the guard.
-func (x *extraction) symlinkTarget(hdr *tar.Header, real string) error {
-	link := hdr.Linkname
-	if link == "" || strings.ContainsRune(link, 0) {
-		return agent.Errorf(agent.CodeInvalid, hdr.Name, "bad symlink target %q", link)
-	}
-	dir := x.s.ws.dir
-	var t string
-	if path.IsAbs(link) {
-		c := path.Clean(link)
-		if c != dir && !strings.HasPrefix(c, dir+"/") {
-			return agent.Errorf(agent.CodeTraversal, hdr.Name, "symlink target %q is outside the workspace", link)
-		}
-		t = strings.TrimPrefix(strings.TrimPrefix(c, dir), "/")
-		if t == "" {
-			t = "."
-		}
-	} else {
-		t = path.Join(path.Dir(real), link)
-		if t == ".." || strings.HasPrefix(t, "../") {
-			return agent.Errorf(agent.CodeTraversal, hdr.Name, "symlink target %q is outside the workspace", link)
-		}
-	}
-	if err := checkGuard(x.g, false, t); err != nil {
-		return entryDenied(hdr.Name, "symlink target", err)
-	}
-	return nil
-}
-
-// entryDenied reports a guard refusal of what an entry points at, naming the entry.
-func entryDenied(entry, what string, err error) error {
-	var d *guard.Denied
-	if errors.As(err, &d) {
-		return &agent.WireError{Code: agent.CodeDenied, Path: entry, Rule: d.Rule, Message: fmt.Sprintf("%s %s: path not allowed by policy", what, d.Path)}
-	}
-	return agent.Errorf(agent.CodeTraversal, entry, "%s: %v", what, err)
-}
-
-// merge moves the staged tree src into dst (both workspace-relative real paths) by the
-// merge rules above. Parents go before their children, so nothing below dst is followed.
-func (x *extraction) merge(src, dst string) error {
-	root := x.s.ws.root
-	ents, err := x.s.ws.readDir(src)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		s, d := path.Join(src, e.Name()), path.Join(dst, e.Name())
-		if !e.IsDir() {
-			if err := root.Rename(s, d); err != nil {
-				return err
-			}
-			continue
-		}
-		fi, err := root.Lstat(d)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			err = root.Rename(s, d)
-		case err != nil:
-		case fi.IsDir():
-			err = x.merge(s, d)
-		default:
-			if err = root.Remove(d); err == nil {
-				err = root.Rename(s, d)
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// newStaging creates a fresh staging directory at the workspace root, after removing
-// stale ones, and returns its name.
-func (s *Server) newStaging() (string, error) {
-	if ents, err := s.ws.readDir("."); err == nil {
-		for _, e := range ents {
-			if !isStaging(e.Name()) {
-				continue
-			}
-			if _, live := activeStaging.Load(path.Join(s.ws.dir, e.Name())); !live {
-				_ = s.ws.root.RemoveAll(e.Name())
-			}
-		}
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := stagingPrefix + hex.EncodeToString(b[:])
-	activeStaging.Store(path.Join(s.ws.dir, name), struct{}{})
-	if err := s.ws.root.Mkdir(name, 0o700); err != nil {
-		activeStaging.Delete(path.Join(s.ws.dir, name))
-		return "", fmt.Errorf("create staging directory: %w", err)
-	}
-	return name, nil
-}
-
-func (s *Server) dropStaging(name string) {
-	if err := s.ws.root.RemoveAll(name); err != nil {
-		s.log.Warn("staging directory not removed", "dir", name, "err", err)
-	}
-	activeStaging.Delete(path.Join(s.ws.dir, name))
-}
-
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
