@@ -382,17 +382,17 @@ func TestTarRoundTrip(t *testing.T) {
 			t.Fatalf("%s differs after the round trip", f)
 		}
 	}
-	t.Run("an entry escaping the workspace is cleaned into it", func(t *testing.T) {
+	t.Run("an entry escaping the workspace is refused", func(t *testing.T) {
 		var evil bytes.Buffer
 		tw := tar.NewWriter(&evil)
 		_ = tw.WriteHeader(&tar.Header{Name: "../../escape.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
 		_, _ = tw.Write([]byte("hi"))
 		_ = tw.Close()
-		if _, err := c.TarIn(ctx, agent.TarInArgs{}, &evil); err != nil {
-			t.Fatal(err)
+		if _, err := c.TarIn(ctx, agent.TarInArgs{}, &evil); !errors.Is(err, agent.ErrTraversal) {
+			t.Fatalf("got %v, want a traversal", err)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "escape.txt")); err != nil {
-			t.Fatalf("entry not extracted inside the workspace: %v", err)
+		if _, err := os.Stat(filepath.Join(dir, "escape.txt")); err == nil {
+			t.Fatal("entry extracted inside the workspace after all")
 		}
 		if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(dir)), "escape.txt")); err == nil {
 			t.Fatal("entry escaped the workspace")

@@ -266,9 +266,15 @@ type TarOutArgs struct {
 	Guard *guard.Guard `json:"guard,omitempty"`
 }
 
-// TarInArgs extracts the streamed request body, a tar archive, into a directory.
-// Entries are resolved beneath the workspace like any path; hard links and devices are
-// refused. MaxBytes bounds the total of file contents; 0 means no limit.
+// TarInArgs extracts the streamed request body, a tar archive, into a directory, all or
+// nothing: every entry is validated (name, type, link target, size, Guard) and staged on
+// the workspace volume, and only a fully accepted archive is moved into place. Names that
+// are absolute or climb with "..", entries written through a symlink, symlinks leading
+// out of the workspace, devices, fifos and duplicates are refused. A hard link to an
+// earlier regular file of the archive is extracted as a copy; any other is refused.
+// A directory merges into an existing one; any other entry replaces what is at its path
+// (a directory excepted). MaxBytes bounds the total of file contents, copies included;
+// 0 means no limit.
 type TarInArgs struct {
 	Path     string       `json:"path,omitempty"`
 	MaxBytes int64        `json:"maxBytes,omitempty"`

@@ -1,0 +1,386 @@
+package server
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"syscall"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+)
+
+// An upload (tar.in) is all or nothing. Every entry is validated as its header arrives,
+// before a byte of it is written, and extracted into a staging directory at the
+// workspace root (same volume, so the final renames are cheap and never copy). Only when
+// the whole archive has been read and accepted is the staged tree merged into place; on
+// any refusal the staging directory is removed and the workspace is untouched.
+//
+// Merge rules. The archive's tree is laid over the workspace: a directory in the archive
+// (listed, or implied by the entries beneath it) merges into an existing directory, whose
+// other entries stay, and replaces whatever else is at its path (a file, or a symlink:
+// the link itself, never its target). Any other entry replaces what is at its path,
+// unless that is a directory, which is refused. Below the target directory nothing is
+// ever followed: not a symlink from the archive (an entry written through one is a
+// traversal), nor one already in the workspace (it is replaced), so the asked and the
+// resolved path of an entry only differ by the symlinks in TarInArgs.Path, and the guard
+// checks both.
+//
+// Hard links are materialized as copies of an earlier regular file of the same archive:
+// the workspace treats a multiply-linked file as denied wherever a rule denies anything.
+
+const (
+	// stagingPrefix names the staging directories at the workspace root. Archive entries
+	// may not use it, tar.out leaves such directories out, and stale ones (from an agent
+	// that died mid-upload) are removed by the next upload.
+	stagingPrefix = ".cws-staging-"
+	// maxTarEntries bounds the entries of one archive.
+	maxTarEntries = 1 << 20
+	// maxTarMeta bounds the bytes of an archive that are not file contents: headers, PAX
+	// records, padding. With file contents bounded by MaxBytes, this bounds the
+	// decompressed size of the whole stream (a gzip bomb stops here).
+	maxTarMeta = 1 << 30
+	// maxTarTrailer bounds what may follow tar's end-of-archive marker (record padding).
+	maxTarTrailer = 1 << 20
+)
+
+func (s *Server) tarIn(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
+	var a agent.TarInArgs
+	if err := decode(args, &a); err != nil {
+		return nil, err
+	}
+	if r.in == nil {
+		return nil, agent.Errorf(agent.CodeInvalid, "", "tar.in needs a streamed body")
+	}
+	if a.Path == "" {
+		a.Path = "."
+	}
+	res, err := s.extract(ctx, a, &countingReader{r: r.in})
+	if err != nil {
+		// Stop reading: the rest of the body is discarded as it arrives, and the host stops
+		// sending when it gets our answer. Draining it could mean decompressing a bomb.
+		if c, ok := r.in.(interface{ CloseWithError(error) error }); ok {
+			_ = c.CloseWithError(errors.New("tar.in refused the archive"))
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// entryKind is what an archive path holds, as far as the archive has said.
+type entryKind uint8
+
+const (
+	kindImplied entryKind = iota + 1 // a directory implied by entries beneath it
+	kindDir
+	kindFile // a regular file, or a hard link (materialized as a copy)
+	kindSymlink
+)
+
+// extraction is one tar.in in progress.
+type extraction struct {
+	s       *Server
+	g       *guard.Guard
+	max     int64
+	base    target                 // the directory extracted into
+	stage   string                 // the staging directory, workspace-relative
+	kinds   map[string]entryKind   // archive paths (relative to base) seen so far
+	sizes   map[string]int64       // the regular files' sizes, for hard links
+	ws      map[string]fs.FileMode // what the workspace holds at archive paths; absent: modeAbsent
+	entries int
+	content int64 // file contents read from the stream
+	res     agent.TarResult
+}
+
+// modeAbsent marks an archive path with nothing under it in the workspace.
+const modeAbsent = fs.ModeIrregular | fs.ModeTemporary
+
+func (s *Server) extract(ctx context.Context, a agent.TarInArgs, in *countingReader) (agent.TarResult, error) {
+	base, err := s.ws.open(a.Path, a.Guard, true)
+	if err != nil {
+		return agent.TarResult{}, err
+	}
+	if isStaging(base.real) {
+		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.rel, "reserved path")
+	}
+	if fi, err := s.ws.root.Lstat(base.real); err == nil && !fi.IsDir() {
+		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.rel, "not a directory")
+	}
+	stage, err := s.newStaging()
+	if err != nil {
+		return agent.TarResult{}, err
+	}
+	defer s.dropStaging(stage)
+
+	x := &extraction{s: s, g: a.Guard, max: a.MaxBytes, base: base, stage: stage,
+		kinds: map[string]entryKind{}, sizes: map[string]int64{}, ws: map[string]fs.FileMode{}}
+	tr := tar.NewReader(in)
+	for {
+		if err := ctx.Err(); err != nil {
+			return agent.TarResult{}, err
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, "", "bad tar archive: %v", err)
+		}
+		if in.n-x.content > maxTarMeta {
+			return agent.TarResult{}, agent.Errorf(agent.CodeTooLarge, hdr.Name, "archive holds more than %d bytes of headers", maxTarMeta)
+		}
+		if err := x.add(hdr, tr); err != nil {
+			return agent.TarResult{}, err
+		}
+	}
+	if n, err := io.CopyN(io.Discard, in, maxTarTrailer+1); n > maxTarTrailer {
+		return agent.TarResult{}, agent.Errorf(agent.CodeTooLarge, "", "more than %d bytes follow the end of the archive", maxTarTrailer)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return agent.TarResult{}, err
+	}
+
+	// Everything is accepted: apply.
+	if err := ctx.Err(); err != nil {
+		return agent.TarResult{}, err
+	}
+	if err := s.ws.root.MkdirAll(base.real, 0o755); err != nil {
+		return agent.TarResult{}, err
+	}
+	if err := x.merge(stage, base.real); err != nil {
+		return agent.TarResult{}, fmt.Errorf("apply the archive: %w", err)
+	}
+	return x.res, nil
+}
+
+// add validates one entry and stages it.
+func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil // PAX global records (git archive's commit id): no file
+	}
+	name, err := entryName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if name == "." {
+		if hdr.Typeflag == tar.TypeDir {
+			return nil // the archive's root directory
+		}
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "only a directory may name the archive's root")
+	}
+	if x.entries++; x.entries > maxTarEntries {
+		return agent.Errorf(agent.CodeTooLarge, hdr.Name, "archive holds more than %d entries", maxTarEntries)
+	}
+	rel, real := path.Join(x.base.rel, name), path.Join(x.base.real, name)
+	if isStaging(real) {
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "reserved name")
+	}
+	if err := x.parents(hdr.Name, name); err != nil {
+		return err
+	}
+	isDir := hdr.Typeflag == tar.TypeDir
+	switch k, seen := x.kinds[name]; {
+	case seen && k == kindImplied && !isDir:
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "entry is a directory earlier in the archive")
+	case seen && k != kindImplied:
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "duplicate entry")
+	}
+	if err := checkGuard(x.g, true, rel, real); err != nil {
+		return err
+	}
+	stage := path.Join(x.stage, name)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := x.claimDir(name); err != nil {
+			return err
+		}
+		x.kinds[name] = kindDir
+		if err := x.s.ws.root.MkdirAll(stage, 0o755); err != nil {
+			return x.stageErr(hdr.Name, err)
+		}
+		x.res.Dirs++
+	case tar.TypeReg:
+		if err := x.claimFile(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.charge(hdr.Name, hdr.Size); err != nil {
+			return err
+		}
+		x.content += hdr.Size
+		if err := x.writeFile(hdr.Name, stage, hdr.Mode, tr); err != nil {
+			return err
+		}
+		x.kinds[name], x.sizes[name] = kindFile, hdr.Size
+		x.res.Files++
+	case tar.TypeLink:
+		target, err := x.linkTarget(hdr)
+		if err != nil {
+			return err
+		}
+		if err := x.claimFile(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.charge(hdr.Name, x.sizes[target]); err != nil {
+			return err
+		}
+		f, err := x.s.ws.root.Open(path.Join(x.stage, target))
+		if err != nil {
+			return x.stageErr(hdr.Name, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return x.stageErr(hdr.Name, err)
+		}
+		err = x.writeFile(hdr.Name, stage, int64(fi.Mode().Perm()), f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		x.kinds[name], x.sizes[name] = kindFile, x.sizes[target]
+		x.res.Files++
+	case tar.TypeSymlink:
+		if err := x.symlinkTarget(hdr, real); err != nil {
+			return err
+		}
+		if err := x.claimFile(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := x.s.ws.root.MkdirAll(path.Dir(stage), 0o755); err != nil {
+			return x.stageErr(hdr.Name, err)
+		}
+		if err := x.s.ws.root.Symlink(hdr.Linkname, stage); err != nil {
+			return x.stageErr(hdr.Name, err)
+		}
+		x.kinds[name] = kindSymlink
+		x.res.Files++
+	default:
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "tar entry type %q is not supported (only files, directories, symlinks and hard links)", string(hdr.Typeflag))
+	}
+	return nil
+}
+
+// parents checks the archive paths above name: each must be a directory of the archive
+// (listed or implied), never a file or a symlink of it. New ones are claimed as implied
+// directories.
+func (x *extraction) parents(entry, name string) error {
+	for i := 0; i < len(name); i++ {
+		if name[i] != '/' {
+			continue
+		}
+		p := name[:i]
+		switch x.kinds[p] {
+		case kindSymlink:
+			return agent.Errorf(agent.CodeTraversal, entry, "entry is written through the archive's symlink %s", p)
+		case kindFile:
+			return agent.Errorf(agent.CodeInvalid, entry, "%s is not a directory in the archive", p)
+		case 0:
+			if err := x.claimDir(p); err != nil {
+				return err
+			}
+			x.kinds[p] = kindImplied
+		}
+	}
+	return nil
+}
+
+// existing returns what the workspace holds at archive path p (modeAbsent if nothing),
+// without following symlinks, and remembers it.
+func (x *extraction) existing(p string) (fs.FileMode, error) {
+	if m, ok := x.ws[p]; ok {
+		return m, nil
+	}
+	if dir := path.Dir(p); dir != "." {
+		m, err := x.existing(dir)
+		if err != nil {
+			return 0, err
+		}
+		if !m.IsDir() { // absent, or about to be replaced by a directory
+			x.ws[p] = modeAbsent
+			return modeAbsent, nil
+		}
+	}
+	m := modeAbsent
+	fi, err := x.s.ws.root.Lstat(path.Join(x.base.real, p))
+	switch {
+	case err == nil:
+		m = fi.Mode()
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+	default:
+		return 0, err
+	}
+	x.ws[p] = m
+	return m, nil
+}
+
+// claimDir makes p a directory of the archive: it merges into a workspace directory and
+// replaces anything else there, which the guard must allow writing.
+func (x *extraction) claimDir(p string) error {
+	m, err := x.existing(p)
+	if err != nil || m == modeAbsent || m.IsDir() {
+		return err
+	}
+	return checkGuard(x.g, true, path.Join(x.base.rel, p), path.Join(x.base.real, p))
+}
+
+// claimFile makes name a file or link of the archive: it replaces what the workspace
+// has there, except a directory.
+func (x *extraction) claimFile(entry, name string) error {
+	m, err := x.existing(name)
+	if err != nil {
+		return err
+	}
+	if m != modeAbsent && m.IsDir() {
+		return agent.Errorf(agent.CodeInvalid, entry, "the workspace has a directory at %s; the archive would replace it with a file", path.Join(x.base.rel, name))
+	}
+	return nil
+}
+
+// charge counts n bytes of file contents against MaxBytes.
+func (x *extraction) charge(entry string, n int64) error {
+	if n < 0 || (x.max > 0 && x.res.Bytes+n > x.max) {
+		return agent.Errorf(agent.CodeTooLarge, entry, "archive holds more than %d bytes of files", x.max)
+	}
+	x.res.Bytes += n
+	return nil
+}
+
+// writeFile stages a regular file from src.
+func (x *extraction) writeFile(entry, stage string, mode int64, src io.Reader) error {
+	if err := x.s.ws.root.MkdirAll(path.Dir(stage), 0o755); err != nil {
+		return x.stageErr(entry, err)
+	}
+	f, err := x.s.ws.root.OpenFile(stage, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(mode).Perm()|0o600)
+	if err != nil {
+		return x.stageErr(entry, err)
+	}
+	_, err = io.Copy(f, src)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		if errors.As(err, &pe) {
+			return x.stageErr(entry, err) // the staging file's side
+		}
+		return agent.Errorf(agent.CodeInvalid, entry, "bad tar archive: %v", err)
+	}
+	return nil
+}
+
+// stageErr names the entry in an error of the staging directory: a full disk is
+// too_large, anything else internal.
+func (x *extraction) stageErr(entry string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
+		return agent.Errorf(agent.CodeTooLarge, entry, "no space left for the archive: %v", err)
+	}
+	return &agent.WireError{Code: agent.CodeInternal, Path: entry, Message: fmt.Sprintf("stage entry: %v", err)}
+}

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+)
+
+// The staging side of tar.in: the hidden directory an upload is extracted into, and the
+// merge that moves an accepted archive into place.
+
+// activeStaging holds the staging directories of uploads in progress in this process
+// (by absolute path), so the sweep of stale ones never removes a live one.
+var activeStaging sync.Map
+
+// isStaging reports whether a workspace-relative real path is, or is inside, an upload's
+// staging directory. Tools should not show such paths.
+func isStaging(real string) bool {
+	first, _, _ := strings.Cut(real, "/")
+	return strings.HasPrefix(first, stagingPrefix)
+}
+
+// merge moves the staged tree src into dst (both workspace-relative real paths) by the
+// merge rules above. Parents go before their children, so nothing below dst is followed.
+func (x *extraction) merge(src, dst string) error {
+	root := x.s.ws.root
+	ents, err := x.s.ws.readDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		s, d := path.Join(src, e.Name()), path.Join(dst, e.Name())
+		if !e.IsDir() {
+			if err := root.Rename(s, d); err != nil {
+				return err
+			}
+			continue
+		}
+		fi, err := root.Lstat(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			err = root.Rename(s, d)
+		case err != nil:
+		case fi.IsDir():
+			err = x.merge(s, d)
+		default:
+			if err = root.Remove(d); err == nil {
+				err = root.Rename(s, d)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newStaging creates a fresh staging directory at the workspace root, after removing
+// stale ones, and returns its name.
+func (s *Server) newStaging() (string, error) {
+	if ents, err := s.ws.readDir("."); err == nil {
+		for _, e := range ents {
+			if !isStaging(e.Name()) {
+				continue
+			}
+			if _, live := activeStaging.Load(path.Join(s.ws.dir, e.Name())); !live {
+				_ = s.ws.root.RemoveAll(e.Name())
+			}
+		}
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	name := stagingPrefix + hex.EncodeToString(b[:])
+	activeStaging.Store(path.Join(s.ws.dir, name), struct{}{})
+	if err := s.ws.root.Mkdir(name, 0o700); err != nil {
+		activeStaging.Delete(path.Join(s.ws.dir, name))
+		return "", fmt.Errorf("create staging directory: %w", err)
+	}
+	return name, nil
+}
+
+func (s *Server) dropStaging(name string) {
+	if err := s.ws.root.RemoveAll(name); err != nil {
+		s.log.Warn("staging directory not removed", "dir", name, "err", err)
+	}
+	activeStaging.Delete(path.Join(s.ws.dir, name))
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
