@@ -51,6 +51,9 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 		}
 		for _, e := range ents {
 			childReal, childRel := path.Join(real, e.Name()), path.Join(rel, e.Name())
+			if isStaging(childReal) {
+				continue // an upload in progress
+			}
 			if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
 				continue // denied entries are not listed
 			}

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"golang.org/x/sys/unix"
 )
 
 // eventWriter turns writes into data events, in chunks.
@@ -60,6 +62,25 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 			if fi.Mode()&fs.ModeSymlink != 0 {
 				link, _ = s.ws.root.Readlink(childReal)
 			}
+			// A regular file is opened (without following links) before its header is
+			// written, and the header describes what was opened.
+			var f *os.File
+			if fi.Mode().IsRegular() {
+				f, err = s.ws.openReal(childReal, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+				if err == nil && checkLinks(f, a.Guard, childName) != nil {
+					f.Close()
+					continue // maybe a denied file under another name
+				}
+				if err == nil {
+					fi, err = f.Stat()
+				}
+				if err != nil || !fi.Mode().IsRegular() {
+					if f != nil {
+						f.Close()
+					}
+					continue // vanished, or swapped for a link since it was listed
+				}
+			}
 			hdr, err := tar.FileInfoHeader(fi, link)
 			if err != nil {
 				continue // sockets and the like
@@ -69,6 +90,9 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 				hdr.Name += "/"
 			}
 			if err := tw.WriteHeader(hdr); err != nil {
+				if f != nil {
+					f.Close()
+				}
 				return err
 			}
 			switch {
@@ -78,11 +102,7 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 					return err
 				}
 			case fi.Mode().IsRegular():
-				f, err := s.ws.root.Open(childReal)
-				if err != nil {
-					return err
-				}
-				n, err := io.Copy(tw, f)
+				n, err := io.Copy(tw, io.LimitReader(f, hdr.Size))
 				f.Close()
 				if err != nil {
 					return err

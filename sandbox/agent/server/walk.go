@@ -238,6 +238,9 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 			continue
 		}
 		childReal, childRel := path.Join(j.real, name), path.Join(j.rel, name)
+		if isStaging(childReal) {
+			continue // an upload in progress
+		}
 		if len(j.rules) > 0 && j.rules.ignored(childReal, typ.IsDir()) {
 			continue
 		}
