@@ -174,6 +174,8 @@ func mapAgentError(err error) error {
 		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message}
 	case agent.CodeCanceled:
 		return context.Canceled
+	case agent.CodeNotEnforced:
+		return &policy.Violation{Err: ErrCommand, Rule: "requireLandlock", Detail: we.Message}
 	}
 	return fmt.Errorf("agent: %w", err)
 }
@@ -233,7 +235,7 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 
 // DenialRules are the policy rules a denial is counted under.
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
-	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy"}
+	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock"}
 
 // confirmsItself reports whether the tool has the seed's options.confirmed and checks
 // confirmation in its body (runCommand, startProcess).

@@ -25,11 +25,12 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	index := "/tmp/.cws-diff-index-" + hex.EncodeToString(rnd[:])
-	defer c.agent.Exec(context.WithoutCancel(ctx), agent.ExecArgs{Argv: []string{"rm", "-f", index, index + ".lock"}, TimeoutMS: 10_000}, nil, nil) //nolint:errcheck
+	defer c.exec(context.WithoutCancel(ctx), agent.ExecArgs{Argv: []string{"rm", "-f", index, index + ".lock"}, TimeoutMS: 10_000}, nil, nil) //nolint:errcheck
 	run := func(args ...string) (string, error) {
 		argv := append(append([]string{"git"}, gitSafety...), args...)
-		r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: maxGitOutput,
-			Env: map[string]string{"GIT_INDEX_FILE": index, "GIT_TERMINAL_PROMPT": "0"}}, nil, nil)
+		r, err := c.exec(ctx, agent.ExecArgs{Argv: argv, TimeoutMS: 120_000, OutputCap: maxGitOutput,
+			Env:    map[string]string{"GIT_INDEX_FILE": index, "GIT_TERMINAL_PROMPT": "0"},
+			Launch: c.execPolicy("git")}, nil, nil)
 		if err != nil {
 			return "", mapAgentError(err)
 		}

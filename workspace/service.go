@@ -30,6 +30,9 @@ type Observer interface {
 	SessionCreated(d time.Duration)
 	SessionsActive(n int)
 	Reaped(reason string)
+	// ExecUnenforced counts a command started with an exec policy that the sandbox
+	// could not enforce (no Landlock).
+	ExecUnenforced()
 }
 
 // Tenants gives a tenant's policy: the ceiling every session of it is held to.
@@ -169,3 +172,4 @@ func (nopObserver) PolicyDenial(string)                    {}
 func (nopObserver) SessionCreated(time.Duration)           {}
 func (nopObserver) SessionsActive(int)                     {}
 func (nopObserver) Reaped(string)                          {}
+func (nopObserver) ExecUnenforced()                        {}

@@ -80,8 +80,9 @@ func runCommand(ctx context.Context, c *call, a *RunCommandArgs) (*RunCommandRes
 	if c.out != nil {
 		onOut = func(ev string, data []byte) error { c.out(ev, data); return nil }
 	}
-	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env,
-		TimeoutMS: int64(timeout) * int64(time.Second/time.Millisecond), OutputCap: outputCap, Stream: onOut != nil, Guard: c.guard}, nil, onOut)
+	r, err := c.exec(ctx, agent.ExecArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env,
+		TimeoutMS: int64(timeout) * int64(time.Second/time.Millisecond), OutputCap: outputCap, Stream: onOut != nil, Guard: c.guard,
+		Launch: c.execPolicy()}, nil, onOut)
 	if err != nil {
 		return nil, err
 	}

@@ -34,8 +34,8 @@ func validRef(field, ref string) error {
 // git runs git in the workspace root and returns stdout; a non-zero exit is a Failure.
 func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, error) {
 	argv := append(append([]string{"git"}, gitSafety...), args...)
-	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
-		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard}, stdin, nil)
+	r, err := c.exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
+		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard, Launch: c.execPolicy("git")}, stdin, nil)
 	if err != nil {
 		return "", err
 	}

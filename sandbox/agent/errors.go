@@ -18,6 +18,9 @@ const (
 	CodeNotEmpty  = "not_empty"
 	CodeCanceled  = "canceled"
 	CodeInternal  = "internal"
+	// CodeNotEnforced refuses a command whose ExecPolicy requires Landlock where the
+	// agent cannot enforce it.
+	CodeNotEnforced = "not_enforced"
 )
 
 // Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
@@ -33,6 +36,8 @@ var (
 	ErrNotEmpty  = errors.New("directory not empty")
 	ErrCanceled  = errors.New("canceled")
 	ErrInternal  = errors.New("agent internal error")
+	// ErrNotEnforced: Landlock is required and unavailable.
+	ErrNotEnforced = errors.New("command allowlist cannot be enforced")
 
 	// ErrVersion is returned by the client when the agent speaks another protocol.
 	ErrVersion = errors.New("agent protocol version mismatch")
@@ -44,6 +49,7 @@ var codeErr = map[string]error{
 	CodeNotFound: ErrNotFound, CodeExists: ErrExists, CodeNotDir: ErrNotDir, CodeIsDir: ErrIsDir,
 	CodeTraversal: ErrTraversal, CodeDenied: ErrDenied, CodeTooLarge: ErrTooLarge,
 	CodeInvalid: ErrInvalid, CodeNotEmpty: ErrNotEmpty, CodeCanceled: ErrCanceled, CodeInternal: ErrInternal,
+	CodeNotEnforced: ErrNotEnforced,
 }
 
 // WireError is an operation's failure as it travels back to the host.

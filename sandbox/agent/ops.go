@@ -49,6 +49,9 @@ type PingResult struct {
 	Version  string `json:"version"`
 	UID      int    `json:"uid"`
 	PID      int    `json:"pid"`
+	// Landlock is the kernel's Landlock ABI version the agent's launcher enforces
+	// ExecPolicy with; 0 means unavailable, and restricted commands run unenforced.
+	Landlock int `json:"landlock"`
 }
 
 // FileInfo describes one file. Path is workspace-relative and slash-separated.
@@ -174,6 +177,23 @@ type ExecArgs struct {
 	OutputCap int64             `json:"outputCap,omitempty"` // per stream; 0 = 1 MiB
 	Stream    bool              `json:"stream,omitempty"`    // send stdout/stderr events while running
 	Guard     *guard.Guard      `json:"guard,omitempty"`
+	Launch    *ExecPolicy       `json:"launch,omitempty"` // nil: the command may execute anything
+}
+
+// ExecPolicy is what a command and all its descendants may execute. The agent starts
+// the command through its launcher, which restricts itself with Landlock so that only
+// these files can be executed, then execs the command in the same process.
+type ExecPolicy struct {
+	// Programs are bare names, each looked up on SafePath (symlinks resolved). Each
+	// match may be executed, and so may its ELF interpreter and its #! interpreters.
+	// Empty: nothing but Dirs.
+	Programs []string `json:"programs"`
+	// Dirs are absolute trees whose files may all be executed (git's exec-path);
+	// missing ones are skipped.
+	Dirs []string `json:"dirs,omitempty"`
+	// Require refuses the command (CodeNotEnforced) where Landlock is unavailable,
+	// instead of running it unenforced.
+	Require bool `json:"require,omitempty"`
 }
 
 // ExecResult is a finished command. A command that could not start has ExitCode -1 and StartError.
@@ -189,6 +209,8 @@ type ExecResult struct {
 	Signal          string `json:"signal,omitempty"`
 	StartError      string `json:"startError,omitempty"`
 	DurationMS      int64  `json:"durationMs"`
+	// Unenforced is set when the call had a Launch policy and Landlock was unavailable.
+	Unenforced bool `json:"unenforced,omitempty"`
 }
 
 // ProcStartArgs starts a background process owned by the agent (it outlives the stream).
@@ -198,6 +220,7 @@ type ProcStartArgs struct {
 	Env       map[string]string `json:"env,omitempty"`
 	OutputCap int64             `json:"outputCap,omitempty"` // ring buffer per stream; 0 = 1 MiB
 	Guard     *guard.Guard      `json:"guard,omitempty"`
+	Launch    *ExecPolicy       `json:"launch,omitempty"` // as in ExecArgs
 }
 
 // ProcInfo describes a background process.
@@ -209,6 +232,8 @@ type ProcInfo struct {
 	ExitCode  *int       `json:"exitCode,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// Unenforced: started with a Launch policy while Landlock was unavailable.
+	Unenforced bool `json:"unenforced,omitempty"`
 }
 
 // ProcIDArgs names a background process.

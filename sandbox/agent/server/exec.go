@@ -27,8 +27,9 @@ const (
 )
 
 // command prepares argv to run without a shell in a workspace directory, in its own
-// process group, with the fixed base environment plus env.
-func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard) (*exec.Cmd, error) {
+// process group, with the fixed base environment plus env, and through the launcher
+// when launch restricts what it may execute.
+func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard, launch *agent.ExecPolicy) (*prepared, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "argv must name a command")
 	}
@@ -53,7 +54,7 @@ func (s *Server) command(argv []string, cwd string, env map[string]string, g *gu
 	cmd.Dir = filepath.Join(s.ws.dir, t.real)
 	cmd.Env = s.environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd, nil
+	return s.launchThrough(cmd, launch)
 }
 
 // errNotFound is a command that isn't on SafePath: an outcome, not a protocol error.
@@ -142,10 +143,10 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	if err := decode(args, &a); err != nil {
 		return nil, err
 	}
-	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard)
+	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard, a.Launch)
 	var nf errNotFound
 	if errors.As(err, &nf) {
-		return &agent.ExecResult{ExitCode: -1, StartError: nf.Error()}, nil
+		return &agent.ExecResult{ExitCode: -1, StartError: nf.Error(), Unenforced: a.Launch != nil && s.landlock == 0}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -167,8 +168,8 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	}
 
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		return &agent.ExecResult{ExitCode: -1, StartError: err.Error()}, nil
+	if err := cmd.start(); err != nil {
+		return &agent.ExecResult{ExitCode: -1, StartError: err.Error(), Unenforced: cmd.unenforced}, nil
 	}
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
@@ -180,7 +181,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 		defer t.Stop()
 		timeout = t.C
 	}
-	res := &agent.ExecResult{}
+	res := &agent.ExecResult{Unenforced: cmd.unenforced}
 	select {
 	case err = <-done:
 	case <-timeout:
@@ -194,7 +195,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 
 	res.DurationMS = time.Since(started).Milliseconds()
-	res.ExitCode, res.Signal = exitStatus(cmd, err)
+	res.ExitCode, res.Signal = exitStatus(cmd.Cmd, err)
 	stdout.mu.Lock()
 	stderr.mu.Lock()
 	res.Stdout, res.StdoutTruncated = stdout.buf.Bytes(), stdout.truncated

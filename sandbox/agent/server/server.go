@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/hashicorp/yamux"
 )
 
@@ -29,6 +30,11 @@ type Config struct {
 	Log     *slog.Logger
 	// BaseEnv is the environment every command starts from (PATH is always the fixed SafePath).
 	BaseEnv map[string]string
+	// Launcher is the agent binary, run as "Launcher launch …" in front of every command
+	// whose ExecPolicy restricts what it may execute (package launch). "" means no
+	// launcher: such commands run unenforced, as where Landlock is unavailable (tests
+	// that serve in-process, where the test binary is no agent).
+	Launcher string
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -39,6 +45,9 @@ type Server struct {
 	ws    *workspace
 	procs *procTable
 	ops   map[string]handler
+	// landlock is the Landlock ABI the launcher enforces with; 0: commands with an
+	// ExecPolicy run unenforced (or are refused when it requires Landlock).
+	landlock int
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -61,6 +70,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}}
+	if cfg.Launcher != "" {
+		s.landlock = launch.ABI()
+	}
 	s.ops = map[string]handler{
 		agent.OpPing:       s.ping,
 		agent.OpStat:       s.stat,
@@ -245,5 +257,9 @@ func decode(args json.RawMessage, v any) error {
 }
 
 func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error) {
-	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid()}, nil
+	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock}, nil
 }
+
+// Landlock returns the Landlock ABI version commands are restricted with, 0 when they
+// run unenforced (no Landlock, or no Launcher configured).
+func (s *Server) Landlock() int { return s.landlock }
