@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/hashicorp/yamux"
@@ -29,6 +30,8 @@ type Config struct {
 	Log     *slog.Logger
 	// BaseEnv is the environment every command starts from (PATH is always the fixed SafePath).
 	BaseEnv map[string]string
+	// LSPIdle stops a language server unused this long; 0 means 10 minutes, negative never.
+	LSPIdle time.Duration
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -39,6 +42,7 @@ type Server struct {
 	ws    *workspace
 	procs *procTable
 	ops   map[string]handler
+	lsp   lspHost // the language servers (lsp.go)
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -79,6 +83,7 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTarOut:     s.tarOut,
 		agent.OpTarIn:      s.tarIn,
 		agent.OpCheck:      s.check,
+		agent.OpLSP:        s.lspCall,
 	}
 	return s, nil
 }
@@ -139,13 +144,15 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	}
 }
 
-// Close ends every connection. Background processes keep running.
+// Close ends every connection and kills the language servers. Background processes
+// keep running.
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sess := range s.conns {
 		sess.Close()
 	}
+	s.closeLSP()
 }
 
 // serveStream handles one call: request frame, events, done frame.
