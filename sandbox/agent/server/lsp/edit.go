@@ -48,7 +48,8 @@ const quiet = 300 * time.Millisecond
 // getDiagnostics pulls diagnostics (textDocument/diagnostic) where the server offers it.
 // Otherwise it syncs the file and waits for the server to publish for the synced text:
 // the first publishDiagnostics for the file after the sync (with a version, at least the
-// synced one), then quiet for a follow-up, all within Config.DiagnosticsWait; after that
+// synced one) and after the last change reported to it of a file it did not have open,
+// then quiet for a follow-up, all within Config.DiagnosticsWait; after that
 // it answers with the last publish it has, if any.
 func getDiagnostics(ctx context.Context, c *call, raw json.RawMessage) (any, error) {
 	var a fileArgs
@@ -90,9 +91,9 @@ func (s *server) waitPublished(ctx context.Context, uri string, wait time.Durati
 	var settled <-chan time.Time
 	for {
 		s.mu.Lock()
-		d, p, ch := s.docs[uri], s.diags[uri], s.publish
+		d, p, ch, watched := s.docs[uri], s.diags[uri], s.publish, s.watchSeq
 		s.mu.Unlock()
-		fresh := d != nil && p != nil && p.seq > d.seq && (p.version == nil || *p.version >= d.version)
+		fresh := d != nil && p != nil && p.seq > max(d.seq, watched) && (p.version == nil || *p.version >= d.version)
 		if fresh && settled == nil {
 			settled = time.After(quiet)
 		}

@@ -158,6 +158,9 @@ func (c *call) open(ctx context.Context, rel string) (*Text, string, error) {
 	}
 	c.s = s
 	uri := c.m.serverURI(rel)
+	if err := c.watch(ctx, lang, rel); err != nil {
+		return nil, "", err
+	}
 	if err := c.sync(ctx, uri, rel, langID, src); err != nil {
 		return nil, "", err
 	}

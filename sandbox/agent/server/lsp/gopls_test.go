@@ -374,6 +374,29 @@ func TestGopls(t *testing.T) {
 			t.Errorf("outgoing %s", raw)
 		}
 	})
+	t.Run("a file created by another tool is seen", func(t *testing.T) {
+		write := func(name, src string) {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("use.go", "package main\n\nvar _ = Extra()\n")
+		raw, _ := run("get_diagnostics", map[string]any{"file_path": "use.go"})
+		if !strings.Contains(string(raw), "undefined: Extra") {
+			t.Fatalf("before extra.go: %s", raw)
+		}
+		write("extra.go", "package main\n\nfunc Extra() int { return 1 }\n") // never opened
+		raw, _ = run("get_diagnostics", map[string]any{"file_path": "use.go"})
+		// gopls sometimes republishes for the open file only later than the settle time.
+		for i := 0; string(raw) != "[]" && i < 100; i++ {
+			time.Sleep(100 * time.Millisecond)
+			raw, _ = run("get_cached_diagnostics", map[string]any{"file_path": "use.go"})
+			raw = json.RawMessage(strings.TrimSuffix(strings.TrimPrefix(string(raw), `{"file_path":"use.go","diagnostics":`), "}"))
+		}
+		if string(raw) != "[]" {
+			t.Errorf("after extra.go was written: %s", raw)
+		}
+	})
 	t.Run("get_server_logs", func(t *testing.T) {
 		raw, _ := run("get_server_logs", map[string]any{"limit": 5})
 		var l struct{ Logs []logEntry }

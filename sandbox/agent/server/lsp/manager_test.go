@@ -108,6 +108,7 @@ type hoverInfo struct {
 	Opens, Changes, Version int
 	Word                    string
 	Answers                 map[string]json.RawMessage
+	Watched                 []string
 	Range                   Span
 }
 
@@ -181,6 +182,31 @@ func TestLazyStartSyncAndServerRequests(t *testing.T) {
 				t.Errorf("unknown request answered %s, want MethodNotFound", answers["fake/unknown"])
 			}
 		})
+	}
+}
+
+func TestWatchedFilesInTheDirectory(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.write("a.fk", "Sym\n")
+	f.write("notes.txt", "not the language's\n")
+	f.hover("a.fk", 1, 1) // the baseline: nothing reported
+	f.write("b.fk", "new\n")
+	f.write("notes.txt", "changed, but not a source file\n")
+	if h := f.hover("a.fk", 1, 1); strings.Join(h.Watched, ",") != "1:b.fk" {
+		t.Fatalf("after creating b.fk: %v", h.Watched)
+	}
+	f.write("b.fk", "changed b\n")
+	if h := f.hover("a.fk", 1, 1); strings.Join(h.Watched, ",") != "1:b.fk,2:b.fk" {
+		t.Fatalf("after changing b.fk: %v", h.Watched)
+	}
+	os.Remove(filepath.Join(f.root, "b.fk"))
+	if h := f.hover("a.fk", 1, 1); strings.Join(h.Watched, ",") != "1:b.fk,2:b.fk,3:b.fk" {
+		t.Fatalf("after deleting b.fk: %v", h.Watched)
+	}
+	// An open file is synced with didChange, not reported as watched.
+	f.write("a.fk", "Sym changed\n")
+	if h := f.hover("a.fk", 1, 1); len(h.Watched) != 3 || h.Changes != 1 {
+		t.Fatalf("after changing the open file: %+v", h)
 	}
 }
 

@@ -41,10 +41,12 @@ type server struct {
 	syncMu sync.Mutex // one document sync at a time, so versions only grow
 
 	mu       sync.Mutex
-	docs     map[string]*document // by URI as sent to the server
+	docs     map[string]*document        // by URI as sent to the server
+	dirs     map[string]map[string]stamp // what watch saw, by directory
 	diags    map[string]*published
 	seq      uint64        // counts syncs and publishes, to order them
 	useClock uint64        // counts document uses, for eviction
+	watchSeq uint64        // seq of the last didChangeWatchedFiles
 	publish  chan struct{} // closed and replaced at each publishDiagnostics
 }
 
@@ -128,6 +130,7 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 	s := &server{
 		m: m, lang: lang, name: filepath.Base(bin), cmd: cmd, done: make(chan struct{}),
 		enc: UTF16, started: time.Now(), docs: map[string]*document{}, diags: map[string]*published{},
+		dirs:    map[string]map[string]stamp{},
 		publish: make(chan struct{}),
 	}
 	s.touch()
@@ -206,6 +209,7 @@ const clientCapabilities = `{
   "general": {"positionEncodings": ["utf-8", "utf-16"]},
   "workspace": {
     "configuration": true, "workspaceFolders": true, "applyEdit": false,
+    "didChangeWatchedFiles": {"dynamicRegistration": true},
     "workspaceEdit": {"documentChanges": false},
     "symbol": {"symbolKind": {"valueSet": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26]}}
   },

@@ -38,6 +38,7 @@ type state struct {
 	opens   int
 	changes int
 	answers map[string]json.RawMessage
+	watched []string // "TYPE:basename" of each didChangeWatchedFiles event
 	conn    *jsonrpc2.Conn
 }
 
@@ -127,11 +128,25 @@ func (s *state) handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Requ
 		return nil, nil
 	case "textDocument/didClose":
 		return nil, nil
+	case "workspace/didChangeWatchedFiles":
+		var p struct {
+			Changes []struct {
+				URI  string `json:"uri"`
+				Type int    `json:"type"`
+			} `json:"changes"`
+		}
+		_ = json.Unmarshal(params, &p)
+		s.mu.Lock()
+		for _, c := range p.Changes {
+			s.watched = append(s.watched, fmt.Sprintf("%d:%s", c.Type, c.URI[strings.LastIndex(c.URI, "/")+1:]))
+		}
+		s.mu.Unlock()
+		return nil, nil
 	case "textDocument/hover":
 		uri, line, char := position(params)
 		s.mu.Lock()
 		d := s.docs[uri]
-		info := map[string]any{"opens": s.opens, "changes": s.changes, "answers": s.answers}
+		info := map[string]any{"opens": s.opens, "changes": s.changes, "answers": s.answers, "watched": s.watched}
 		var rng any
 		if d != nil {
 			info["version"] = d.version
