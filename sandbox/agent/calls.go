@@ -141,3 +141,10 @@ func dataTo(w io.Writer) EventFunc {
 		return err
 	}
 }
+
+// LSP runs one code-intelligence tool (see LSPArgs).
+func (c *Client) LSP(ctx context.Context, a LSPArgs) (LSPResult, error) {
+	var r LSPResult
+	err := c.Call(ctx, OpLSP, a, nil, nil, &r)
+	return r, err
+}

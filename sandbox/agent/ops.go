@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent/guard"
@@ -341,4 +342,33 @@ func (r *ProcOutput) SetBody(b []byte) { r.Stdout, r.Stderr = splitBody(b, r.Std
 func splitBody(b []byte, n int) ([]byte, []byte) {
 	n = max(0, min(n, len(b)))
 	return b[:n:n], b[n:]
+}
+
+// OpLSP runs one code-intelligence tool of seeds/mcpls-lsp-tools.md against the language
+// server the agent keeps for the file's language (see package server/lsp). It is not in
+// the client's retry list: a call may start a language server, and the host retries
+// nothing that has effects; every tool only reads, so a host that wants a retry may do it.
+const OpLSP = "lsp"
+
+// LSPArgs runs one mcpls tool. Args are the tool's arguments as the seed names them
+// (snake_case); the host has already normalized file_path to a clean workspace-relative
+// path and checked it against the policy (the agent re-checks with Guard on the resolved
+// path). Positions are 1-based lines and 1-based characters counted in Unicode code
+// points, in arguments and results.
+//
+// Beyond the seed: workspace_symbol_search accepts an optional file_path that picks the
+// language (otherwise every running server is asked, and servers for the languages whose
+// marker files are at the workspace root are started); rename_symbol and format_document
+// accept and ignore apply (the host applies plans).
+type LSPArgs struct {
+	Tool  string          `json:"tool"`
+	Args  json.RawMessage `json:"args"`
+	Guard *guard.Guard    `json:"guard,omitempty"`
+}
+
+// LSPResult is the tool's result in the seed's shape, and how many locations (or edits)
+// were left out because they point into paths the guard refuses.
+type LSPResult struct {
+	Result  json.RawMessage `json:"result"`
+	Dropped int             `json:"dropped,omitempty"`
 }

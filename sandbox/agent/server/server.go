@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
@@ -35,6 +36,8 @@ type Config struct {
 	// launcher: such commands run unenforced, as where Landlock is unavailable (tests
 	// that serve in-process, where the test binary is no agent).
 	Launcher string
+	// LSPIdle stops a language server unused this long; 0 means 10 minutes, negative never.
+	LSPIdle time.Duration
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -48,6 +51,7 @@ type Server struct {
 	// landlock is the Landlock ABI the launcher enforces with; 0: commands with an
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
+	lsp      lspHost // the language servers (lsp.go)
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -91,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTarOut:     s.tarOut,
 		agent.OpTarIn:      s.tarIn,
 		agent.OpCheck:      s.check,
+		agent.OpLSP:        s.lspCall,
 	}
 	return s, nil
 }
@@ -151,13 +156,15 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	}
 }
 
-// Close ends every connection. Background processes keep running.
+// Close ends every connection and kills the language servers. Background processes
+// keep running.
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sess := range s.conns {
 		sess.Close()
 	}
+	s.closeLSP()
 }
 
 // serveStream handles one call: request frame, events, done frame.
