@@ -18,6 +18,7 @@ const (
 	CodeNotEmpty  = "not_empty"
 	CodeCanceled  = "canceled"
 	CodeInternal  = "internal"
+	CodeCommand   = "command_not_allowed" // a program the allowed commands refuse; Path names it
 )
 
 // Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
@@ -33,6 +34,7 @@ var (
 	ErrNotEmpty  = errors.New("directory not empty")
 	ErrCanceled  = errors.New("canceled")
 	ErrInternal  = errors.New("agent internal error")
+	ErrCommand   = errors.New("command not allowed")
 
 	// ErrVersion is returned by the client when the agent speaks another protocol.
 	ErrVersion = errors.New("agent protocol version mismatch")
@@ -44,6 +46,7 @@ var codeErr = map[string]error{
 	CodeNotFound: ErrNotFound, CodeExists: ErrExists, CodeNotDir: ErrNotDir, CodeIsDir: ErrIsDir,
 	CodeTraversal: ErrTraversal, CodeDenied: ErrDenied, CodeTooLarge: ErrTooLarge,
 	CodeInvalid: ErrInvalid, CodeNotEmpty: ErrNotEmpty, CodeCanceled: ErrCanceled, CodeInternal: ErrInternal,
+	CodeCommand: ErrCommand,
 }
 
 // WireError is an operation's failure as it travels back to the host.

@@ -79,6 +79,10 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTarOut:     s.tarOut,
 		agent.OpTarIn:      s.tarIn,
 		agent.OpCheck:      s.check,
+		agent.OpTermRun:    s.termRun,
+		agent.OpTermRead:   s.termRead,
+		agent.OpTermInfo:   s.termInfo,
+		agent.OpTermClose:  s.termClose,
 	}
 	return s, nil
 }
