@@ -123,7 +123,10 @@ func (c checker) argv(ws []word, open, underInput bool) error {
 		}
 		return err
 	}
-	if len(target) > 0 || open {
+	if len(target) == 0 && open {
+		return refuse(name.s, "the program it runs would come from xargs' input")
+	}
+	if len(target) > 0 {
 		if err := c.argv(target, open, underInput); err != nil {
 			return err
 		}
