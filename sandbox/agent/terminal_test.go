@@ -81,6 +81,20 @@ func TestTerminalScrollback(t *testing.T) {
 	if err != nil || string(part.Data) != "thr" || part.Offset != first.NextOffset || part.NextOffset != first.NextOffset+3 {
 		t.Fatalf("read from an offset: %q %+v %v", part.Data, part, err)
 	}
+	var events strings.Builder
+	res, err := c.TermRun(ctxT(t), agent.TermRunArgs{Command: `echo streamed`, Stream: true}, func(ev string, p []byte) error {
+		events.WriteString(ev + ":" + string(p)) // the echo builtin writes its newline apart
+		return nil
+	})
+	if err != nil || events.String() != "stdout:streamedstdout:\n" || string(res.Stdout) != "streamed\n" {
+		t.Fatalf("streamed %q, result %q, %v", events.String(), res.Stdout, err)
+	}
+	// A job started with & belongs to its run: the run does not wait for it.
+	start := time.Now()
+	res = mustTerm(t, c, agent.TermRunArgs{Command: `sleep 30 & echo started`})
+	if d := time.Since(start); d > 10*time.Second || !strings.Contains(string(res.Stdout), "started") {
+		t.Fatalf("background job: %q after %v", res.Stdout, d)
+	}
 	if _, err := c.TermRead(ctxT(t), agent.TermReadArgs{ID: "nope"}); !errors.Is(err, agent.ErrNotFound) {
 		t.Fatalf("unknown terminal: %v", err)
 	}

@@ -13,6 +13,22 @@
 //
 // A Shell keeps its state (working directory, variables, functions, options) from one
 // Run to the next, like a terminal.
+//
+// Decisions worth knowing:
+//   - A script whose literal program names include a refused one is refused before any
+//     of it runs; names known only at run time ($p, eval, a function defined in an
+//     earlier run) are refused when reached, and nothing after them starts.
+//   - Programs get the fixed base environment plus the exported variables that
+//     Policy.EnvAllowlist or Policy.Pass names; PATH is always the fixed one and
+//     LD_*, BASH_ENV, ENV and the like never pass. "env NAME=…" for any other name is
+//     refused rather than quietly dropped.
+//   - Under xargs and find -exec, a program that comes from input, a wrapper whose
+//     options or program would, and any shell (it would run outside the interpreter)
+//     are refused. Unknown wrapper options are refused.
+//   - Jobs started with & belong to the run: they are killed when it ends. Long-lived
+//     processes belong to the agent's background processes instead.
+//   - Globs list directory names anywhere (names only, like ls); kill, ulimit and a
+//     few other builtins are not supported by the interpreter.
 package shell
 
 import (
