@@ -25,6 +25,7 @@ const (
 	// CodeUnsupported: the image lacks what the operation needs (no language server
 	// for the file's language); the message says what to install.
 	CodeUnsupported = "unsupported"
+	CodeCommand     = "command_not_allowed" // a program the allowed commands refuse; Path names it
 )
 
 // Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
@@ -43,6 +44,7 @@ var (
 	ErrUnsupported = errors.New("not supported in this workspace image")
 	// ErrNotEnforced: Landlock is required and unavailable.
 	ErrNotEnforced = errors.New("command allowlist cannot be enforced")
+	ErrCommand     = errors.New("command not allowed")
 
 	// ErrVersion is returned by the client when the agent speaks another protocol.
 	ErrVersion = errors.New("agent protocol version mismatch")
@@ -56,6 +58,7 @@ var codeErr = map[string]error{
 	CodeInvalid: ErrInvalid, CodeNotEmpty: ErrNotEmpty, CodeCanceled: ErrCanceled, CodeInternal: ErrInternal,
 	CodeNotEnforced: ErrNotEnforced,
 	CodeUnsupported: ErrUnsupported,
+	CodeCommand:     ErrCommand,
 }
 
 // WireError is an operation's failure as it travels back to the host.

@@ -30,6 +30,15 @@ const (
 // process group, with the fixed base environment plus env, and through the launcher
 // when launch restricts what it may execute.
 func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard, launch *agent.ExecPolicy) (*prepared, error) {
+	cmd, err := s.baseCommand(argv, cwd, env, g)
+	if err != nil {
+		return nil, err
+	}
+	return s.launchThrough(cmd, launch)
+}
+
+// baseCommand is command without the launcher.
+func (s *Server) baseCommand(argv []string, cwd string, env map[string]string, g *guard.Guard) (*exec.Cmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "argv must name a command")
 	}
@@ -54,7 +63,7 @@ func (s *Server) command(argv []string, cwd string, env map[string]string, g *gu
 	cmd.Dir = filepath.Join(s.ws.dir, t.real)
 	cmd.Env = s.environ(env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return s.launchThrough(cmd, launch)
+	return cmd, nil
 }
 
 // errNotFound is a command that isn't on SafePath: an outcome, not a protocol error.

@@ -24,6 +24,13 @@ type prepared struct {
 // Without Landlock (or without a launcher) the command runs unenforced, or is refused
 // when p requires enforcement.
 func (s *Server) launchThrough(cmd *exec.Cmd, p *agent.ExecPolicy) (*prepared, error) {
+	return s.launchVia(cmd, p, true)
+}
+
+// launchVia is launchThrough; withStatus false leaves out the status pipe, for callers
+// that start the command themselves (the terminal's interpreter): a launcher failure is
+// then the command's non-zero exit, with the reason on its stderr.
+func (s *Server) launchVia(cmd *exec.Cmd, p *agent.ExecPolicy, withStatus bool) (*prepared, error) {
 	pc := &prepared{Cmd: cmd}
 	if p == nil {
 		return pc, nil
@@ -38,11 +45,16 @@ func (s *Server) launchThrough(cmd *exec.Cmd, p *agent.ExecPolicy) (*prepared, e
 		pc.unenforced = true
 		return pc, nil
 	}
+	argv := cmd.Args
+	if !withStatus {
+		cmd.Args = append([]string{s.cfg.Launcher}, launch.Args(p, s.ws.dir, cmd.Path, argv, false)...)
+		cmd.Path = s.cfg.Launcher
+		return pc, nil
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	argv := cmd.Args
 	cmd.Args = append([]string{s.cfg.Launcher}, launch.Args(p, s.ws.dir, cmd.Path, argv, true)...)
 	cmd.Path = s.cfg.Launcher
 	cmd.ExtraFiles = []*os.File{w} // fd launch.StatusFD

@@ -96,6 +96,10 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTarIn:      s.tarIn,
 		agent.OpCheck:      s.check,
 		agent.OpLSP:        s.lspCall,
+		agent.OpTermRun:    s.termRun,
+		agent.OpTermRead:   s.termRead,
+		agent.OpTermInfo:   s.termInfo,
+		agent.OpTermClose:  s.termClose,
 	}
 	return s, nil
 }
