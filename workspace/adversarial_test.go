@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/workspace"
 )
 
@@ -519,7 +520,7 @@ func TestSearchBounds(t *testing.T) {
 func TestOtherTenantsSession(t *testing.T) {
 	e := newTestEnv(t, "")
 	e.put("f.txt", "tenant data")
-	other := workspace.Caller{Tenant: otherTenant, Subject: "mallory"}
+	other := workspace.Caller{Tenant: otherTenant, Subject: "mallory", Scopes: auth.AllScopes()}
 	unknown := "s-aaaaaaaaaaaaaaaaaaaa"
 	ctx := context.Background()
 	attaches := e.local.Attaches

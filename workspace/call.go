@@ -56,27 +56,62 @@ type call struct {
 }
 
 // Call runs one tool for caller in session id. Unknown tools and another tenant's
-// session are errors; the policy is checked before anything reaches the sandbox.
+// session are errors; the token's scope is checked first (before the session is
+// looked up), then the policy, before anything reaches the sandbox.
 func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args json.RawMessage, opts CallOptions) (*Result, error) {
 	start := s.cfg.Now()
-	t, ok := s.catalog.Lookup(tool)
-	if !ok {
-		return nil, &policy.Violation{Err: ErrInvalid, Rule: "tool", Detail: fmt.Sprintf("unknown tool %q", tool)}
+	t, err := s.tool(start, caller, id, tool)
+	if err != nil {
+		return nil, err
 	}
 	sess, err := s.session(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
 	res, err := s.run(ctx, t, sess, caller, args, opts)
+	s.done(start, caller, sess.ID, t, res, err)
+	return res, err
+}
+
+// CallDefault is Call on the caller's default session (one per tenant and subject),
+// which it creates on first use: /mcp without a session claim. Creating it this way
+// needs only the tool's scope, not sessions, so an agent's token with tools scopes
+// alone works; a call the token may not make creates nothing.
+func (s *Service) CallDefault(ctx context.Context, caller Caller, tool string, args json.RawMessage, opts CallOptions) (*Result, error) {
+	if _, err := s.tool(s.cfg.Now(), caller, "", tool); err != nil {
+		return nil, err
+	}
+	sess, err := s.defaultSession(ctx, caller)
+	if err != nil {
+		return nil, err
+	}
+	return s.Call(ctx, caller, sess.ID, tool, args, opts)
+}
+
+// tool looks a tool up and checks that caller's token may call it; a refusal is
+// measured and audited as a denied call of session id.
+func (s *Service) tool(start time.Time, caller Caller, id, name string) (*Tool, error) {
+	t, ok := s.catalog.Lookup(name)
+	if !ok {
+		return nil, &policy.Violation{Err: ErrInvalid, Rule: "tool", Detail: fmt.Sprintf("unknown tool %q", name)}
+	}
+	if err := caller.need(t.Scope, t.Name); err != nil {
+		s.done(start, caller, id, t, nil, err)
+		return nil, err
+	}
+	return t, nil
+}
+
+// done measures and audits one call.
+func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, res *Result, err error) {
 	d := time.Since(start)
 	outcome, decision, rule := classify(res, err)
 	if rule != "" {
 		s.obs.PolicyDenial(rule)
 	}
 	s.obs.ToolCall(t.Name, outcome, d)
-	s.record(AuditRecord{Time: start.UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: sess.ID,
+	s.record(AuditRecord{Time: start.UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: session,
 		Tool: t.Name, Decision: decision, Outcome: outcome, Duration: d.Seconds(), Rule: rule})
-	return res, err
 }
 
 func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
@@ -188,6 +223,8 @@ func classify(res *Result, err error) (outcome, decision, rule string) {
 		return "error", "allow", ""
 	case err == nil:
 		return "ok", "allow", ""
+	case AsScopeError(err) != nil:
+		return "denied", "deny", "scope"
 	case errors.As(err, &v) && !errors.Is(err, ErrInvalid):
 		r := v.Rule
 		if r == "" {
@@ -235,7 +272,7 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 
 // DenialRules are the policy rules a denial is counted under.
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
-	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock"}
+	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock", "scope"}
 
 // confirmsItself reports whether the tool has the seed's options.confirmed and checks
 // confirmation in its body (runCommand, startProcess).

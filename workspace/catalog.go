@@ -33,6 +33,8 @@ type Tool struct {
 	OutputSchema *jsonschema.Schema
 	// Streams is true for tools that report output while they run (progress).
 	Streams bool
+	// Scope is the token scope a call needs (auth.ScopeTools*), from the tool's kind.
+	Scope string
 
 	required []string
 	run      func(ctx context.Context, c *call, raw json.RawMessage) (any, error)
@@ -82,12 +84,18 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// kind is what a tool does, as MCP annotations and the scope a call needs.
+type kind struct {
+	ann   Annotations
+	scope string
+}
+
 // defaults maps dotted property paths ("options.atomic") to default values shown in the schema.
 type defaults map[string]any
 
 // def builds a typed tool: A is decoded strictly from the call's arguments, R is the result.
 // Their JSON Schemas are inferred from the Go types and their `jsonschema` tags.
-func def[A, R any](name, toolset, title, desc string, ann Annotations, dflt defaults, fn func(ctx context.Context, c *call, a *A) (*R, error)) *Tool {
+func def[A, R any](name, toolset, title, desc string, k kind, dflt defaults, fn func(ctx context.Context, c *call, a *A) (*R, error)) *Tool {
 	opts := &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[time.Time](): {Type: "string", Format: "date-time"},
 	}}
@@ -103,7 +111,7 @@ func def[A, R any](name, toolset, title, desc string, ann Annotations, dflt defa
 		setDefault(in, path, v)
 	}
 	return &Tool{
-		Name: name, Title: title, Description: desc, Toolset: toolset, Annotations: ann,
+		Name: name, Title: title, Description: desc, Toolset: toolset, Annotations: k.ann, Scope: k.scope,
 		InputSchema: in, OutputSchema: out, required: in.Required,
 		run: func(ctx context.Context, c *call, raw json.RawMessage) (any, error) {
 			var a A

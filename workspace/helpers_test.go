@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/sandboxtest"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
@@ -53,7 +54,7 @@ func newEnv(t *testing.T, tenantPolicyJSON string) (*workspace.Service, workspac
 		PolicyTTL:    time.Nanosecond,
 	})
 	t.Cleanup(svc.Close)
-	caller := workspace.Caller{Tenant: testTenant, Subject: "alice"}
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
 	sess, err := svc.CreateSession(context.Background(), caller, workspace.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create session: %v", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/sandboxtest"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
@@ -55,7 +56,7 @@ func TestUnenforcedExec(t *testing.T) {
 			svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: local, Tenants: tenants{testTenant: tp},
 				DefaultImage: "test-image", Observer: obs})
 			t.Cleanup(svc.Close)
-			caller := workspace.Caller{Tenant: testTenant, Subject: "alice"}
+			caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
 			ctx := context.Background()
 			sess, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 			if err != nil {

@@ -57,10 +57,13 @@ type Config struct {
 	Now            func() time.Time
 }
 
-// Caller is who is calling: the tenant and subject of a verified token.
+// Caller is who is calling: the tenant, subject and scopes of a verified token.
 type Caller struct {
 	Tenant  string
 	Subject string
+	// Scopes are what the token grants (auth.Scope*; its tenant's default when it
+	// carries none). Nil grants nothing: every operation needs a scope.
+	Scopes []string
 }
 
 // Service runs sessions and tool calls.

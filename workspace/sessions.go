@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/workspace/policy"
 )
@@ -38,6 +39,9 @@ func newID() string {
 // CreateSession creates a session and its sandbox, and returns once the agent answers.
 // With an IdempotencyKey, a repeated request returns the first one's session.
 func (s *Service) CreateSession(ctx context.Context, caller Caller, req CreateRequest) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "creating a session"); err != nil {
+		return nil, err
+	}
 	tp, ok := s.cfg.Tenants.Policy(caller.Tenant)
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, caller.Tenant)
@@ -197,6 +201,21 @@ func (s *Service) waitReady(ctx context.Context, sandboxID string) error {
 
 // GetSession returns one of caller's sessions.
 func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "reading a session"); err != nil {
+		return nil, err
+	}
+	return s.getSession(ctx, caller, id)
+}
+
+// SessionFor returns caller's session id for an endpoint bound to it
+// (/v1/sessions/{id}/mcp). Unlike GetSession it needs no scope: the calls made there
+// check their own.
+func (s *Service) SessionFor(ctx context.Context, caller Caller, id string) (*Session, error) {
+	return s.getSession(ctx, caller, id)
+}
+
+// getSession returns one of caller's live sessions; an expired one is ErrNotFound.
+func (s *Service) getSession(ctx context.Context, caller Caller, id string) (*Session, error) {
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
 	if err != nil {
 		return nil, err
@@ -209,6 +228,9 @@ func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Se
 
 // ListSessions lists caller's tenant's live sessions.
 func (s *Service) ListSessions(ctx context.Context, caller Caller) ([]*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "listing sessions"); err != nil {
+		return nil, err
+	}
 	all, err := s.cfg.Store.ListSessions(ctx, caller.Tenant)
 	if err != nil {
 		return nil, err
@@ -225,7 +247,10 @@ func (s *Service) ListSessions(ctx context.Context, caller Caller) ([]*Session, 
 
 // RenewSession resets the idle TTL. The hard lifetime does not move.
 func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*Session, error) {
-	sess, err := s.GetSession(ctx, caller, id)
+	if err := caller.need(auth.ScopeSessions, "renewing a session"); err != nil {
+		return nil, err
+	}
+	sess, err := s.getSession(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +264,9 @@ func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*
 
 // DeleteSession removes a session, its container and its volume.
 func (s *Service) DeleteSession(ctx context.Context, caller Caller, id string) error {
+	if err := caller.need(auth.ScopeSessions, "deleting a session"); err != nil {
+		return err
+	}
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
 	if err != nil {
 		return err
@@ -267,9 +295,10 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 
 func defaultKey(tenant, sub string) string { return "default:" + tenant + ":" + sub }
 
-// DefaultSession returns the one session per (tenant, sub) that /mcp uses when the token
-// names none, creating it on first use. Replicas agree through Store.Claim.
-func (s *Service) DefaultSession(ctx context.Context, caller Caller) (*Session, error) {
+// defaultSession returns the one session per (tenant, sub) that /mcp uses when the token
+// names none, creating it on first use (CallDefault checks the caller's scope). Replicas
+// agree through Store.Claim.
+func (s *Service) defaultSession(ctx context.Context, caller Caller) (*Session, error) {
 	key := defaultKey(caller.Tenant, caller.Subject)
 	for attempt := 0; attempt < 3; attempt++ {
 		id := newID()
@@ -302,7 +331,7 @@ func (s *Service) DefaultSession(ctx context.Context, caller Caller) (*Session, 
 func (s *Service) waitCreated(ctx context.Context, caller Caller, id string) (*Session, error) {
 	deadline := time.Now().Add(s.cfg.ReadyTimeout + 10*time.Second)
 	for {
-		sess, err := s.GetSession(ctx, caller, id)
+		sess, err := s.getSession(ctx, caller, id)
 		if err != nil || sess.State == StateReady {
 			return sess, err
 		}

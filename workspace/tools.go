@@ -1,12 +1,22 @@
 package workspace
 
-import "github.com/cwsdev/cws/workspace/policy"
+import (
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/workspace/policy"
+)
 
+// Each tool is of one kind: its MCP annotations and the token scope it needs both follow
+// from that one choice in its entry.
 var (
-	readOnly    = Annotations{ReadOnly: true, Idempotent: true}
-	writes      = Annotations{Idempotent: true}
-	destructive = Annotations{Destructive: true}
-	runs        = Annotations{Destructive: true, OpenWorld: true}
+	readOnly    = kind{Annotations{ReadOnly: true, Idempotent: true}, auth.ScopeToolsRead}
+	writes      = kind{Annotations{Idempotent: true}, auth.ScopeToolsWrite}
+	destructive = kind{Annotations{Destructive: true}, auth.ScopeToolsWrite}
+	runs        = kind{Annotations{Destructive: true, OpenWorld: true}, auth.ScopeToolsExec}
+	// Background processes are commands: reading their output or stopping one needs
+	// tools:exec too (the output is whatever the command printed, so tools:read alone
+	// must not see it).
+	watches = kind{Annotations{ReadOnly: true, Idempotent: true}, auth.ScopeToolsExec}
+	stops   = kind{Annotations{Destructive: true}, auth.ScopeToolsExec}
 )
 
 // DefaultCatalog is cws's tool catalogue: the seed's five tools to the letter, then the
@@ -42,9 +52,9 @@ func DefaultCatalog() *Catalog {
 		def("startProcess", core, "Start process", "Start a program in the background (same policy as runCommand). Returns an id for readProcessOutput and killProcess. It keeps running across reconnects.",
 			runs, nil, startProcess),
 		streaming(def("readProcessOutput", core, "Read process output", "Read a background process's output since the given offsets; with waitMs, follow it (streamed as progress) until it exits or the wait ends.",
-			readOnly, nil, readProcessOutput)),
-		def("listProcesses", core, "List processes", "List background processes, running and finished.", readOnly, nil, listProcesses),
-		def("killProcess", core, "Kill process", "Stop a background process and its children: SIGTERM, then SIGKILL after 2 s.", destructive, nil, killProcess),
+			watches, nil, readProcessOutput)),
+		def("listProcesses", core, "List processes", "List background processes, running and finished.", watches, nil, listProcesses),
+		def("killProcess", core, "Kill process", "Stop a background process and its children: SIGTERM, then SIGKILL after 2 s.", stops, nil, killProcess),
 	)
 	return c
 }

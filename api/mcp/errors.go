@@ -47,6 +47,7 @@ type ErrorData struct {
 	Path   string `json:"path,omitempty"`
 	Rule   string `json:"rule,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	Scope  string `json:"scope,omitempty"` // the token scope the call needs (rule "scope")
 }
 
 // rpcError turns an error into the JSON-RPC error the client sees. Internal causes
@@ -61,6 +62,9 @@ func rpcError(err error) *jsonrpc.Error {
 		if errors.As(err, &v) {
 			e.Message = v.Error()
 			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
+		} else if se := workspace.AsScopeError(err); se != nil {
+			e.Message = se.Error()
+			e.Data, _ = json.Marshal(ErrorData{Rule: "scope", Scope: se.Scope})
 		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound {
 			e.Message = err.Error() // a missing session keeps the fixed message: ids are not echoed
 		}

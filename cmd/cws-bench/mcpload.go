@@ -61,7 +61,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	defer func() {
 		e.logf("removing %d sessions…", len(sessions))
 		for _, s := range sessions {
-			_ = svc.DeleteSession(context.WithoutCancel(ctx), workspace.Caller{Tenant: auth.DevTenantID, Subject: s.Subject}, s.ID)
+			_ = svc.DeleteSession(context.WithoutCancel(ctx), workspace.Caller{Tenant: auth.DevTenantID, Subject: s.Subject, Scopes: auth.AllScopes()}, s.ID)
 		}
 	}()
 	transport := &http.Transport{MaxIdleConns: 200, MaxIdleConnsPerHost: 200}
@@ -70,7 +70,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	for _, k := range levels {
 		for len(sessions) < k {
 			e.logf("creating session %d/%d…", len(sessions)+1, k)
-			caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: fmt.Sprintf("bench-%d", len(sessions))}
+			caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: fmt.Sprintf("bench-%d", len(sessions)), Scopes: auth.AllScopes()}
 			s, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 			if err != nil {
 				return rows, err
