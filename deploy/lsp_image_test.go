@@ -115,7 +115,8 @@ func TestWorkspaceImageLanguageServers(t *testing.T) {
 	cases := []struct {
 		name, cmd, lang, file, src string
 		env                        []string
-		line, char, wantLine       int // 0-based LSP positions
+		line, char, wantLine       int  // 0-based LSP positions
+		optional                   bool // not in the default image (CWS_WITH_CLANGD=1)
 	}{
 		{
 			name: "gopls", cmd: "gopls", lang: "go", file: "main.go",
@@ -134,11 +135,21 @@ func TestWorkspaceImageLanguageServers(t *testing.T) {
 			src:  "function greet(s: string): string {\n  return s.toUpperCase();\n}\nconsole.log(greet(\"hi\"));\n",
 			line: 3, char: 12, wantLine: 0,
 		},
+		{
+			name: "clangd", cmd: "clangd", lang: "c", file: "a.c", optional: true,
+			src:  "#include <stdio.h>\n\nstatic int twice(int x) { return 2 * x; }\n\nint main(void) { printf(\"%d\\n\", twice(2)); }\n",
+			line: 4, char: 37, wantLine: 2,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			if tc.optional {
+				if _, err := (command{timeout: time.Minute}).run(t.Context(), "docker", append(runArgs(), "sh", "-c", "command -v "+tc.cmd)...); err != nil {
+					t.Skipf("%s is not in %s (optional)", tc.cmd, version.WorkspaceImage)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 			defer cancel()
 			extra := []string{"-i", "-e", "SRC=" + tc.src}
 			for _, e := range tc.env {
@@ -373,11 +384,11 @@ func (c *lspConn) call(t *testing.T, method string, params, out any) {
 		m["params"] = params
 	}
 	c.send(t, m)
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(4 * time.Minute)
 	for {
 		select {
 		case <-timeout:
-			t.Fatalf("%s: no response in 2m", method)
+			t.Fatalf("%s: no response in 4m", method)
 		case msg, ok := <-c.msgs:
 			if !ok {
 				t.Fatalf("%s: the server closed its output", method)
