@@ -253,7 +253,7 @@ GOPLS_BIN=$CACHE/gopls-$GOPLS_VERSION-$GO_VERSION-linux-$ARCH
 if [ -x "$GOPLS_BIN" ]; then
 	say "gopls: $GOPLS_VERSION cached ($GOPLS_BIN)"
 else
-	say "gopls: building golang.org/x/tools/gopls@$GOPLS_VERSION with $GO_VERSION (CGO_ENABLED=0, 1-3 min cold)"
+	say "gopls: building golang.org/x/tools/gopls@$GOPLS_VERSION with $GO_VERSION (CGO_ENABLED=0, 2-5 min cold)"
 	t0=$SECONDS
 	rm -rf "$tmp/gobin"
 	if ! (cd "$tmp" && with_ticker "gopls: build" "$tmp/gopls.log" \
