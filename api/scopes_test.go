@@ -20,6 +20,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 const (
@@ -55,7 +56,7 @@ func newScopeServer(t *testing.T, tenantExtra string) *scopeServer {
 	pols := policy.ByTenant{scopesTenant: tp}
 	store := memstore.New()
 	t.Cleanup(func() { store.Close() })
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: sandboxtest.New(t), Tenants: pols,
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: sandboxtest.New(t), Tenants: pols,
 		DefaultImage: "test-image", PolicyTTL: time.Nanosecond})
 	t.Cleanup(svc.Close)
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
@@ -299,7 +300,7 @@ func TestMCPScopes(t *testing.T) {
 
 	t.Run("agent token", func(t *testing.T) {
 		res, we := s.rpc(t, "/mcp", agent, "tools/list", map[string]any{})
-		if we != nil || len(toolNames(t, res)) != len(workspace.DefaultCatalog().Tools(policy.ToolsetCore)) {
+		if we != nil || len(toolNames(t, res)) != len(workspace.NewCatalog(toolset.All()...).Tools(policy.ToolsetCore)) {
 			t.Errorf("tools/list with every tools scope: %s %+v", res, we)
 		}
 		// Its default session is created without the sessions scope.

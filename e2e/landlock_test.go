@@ -13,6 +13,8 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 // landlockEnv is the workspace service on real Docker, one session per tenant policy.
@@ -189,7 +191,7 @@ func newLandlockEnv(t *testing.T) *landlockEnv {
 	t.Cleanup(func() { drv.Close() })
 	store := memstore.New()
 	t.Cleanup(func() { store.Close() })
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: drv, Tenants: tenants, DefaultImage: version.WorkspaceImage})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: drv, Tenants: tenants, DefaultImage: version.WorkspaceImage})
 	t.Cleanup(svc.Close)
 	e := &landlockEnv{svc: svc, driver: drv, sess: map[string]*workspace.Session{}}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -231,7 +233,7 @@ func (e *landlockEnv) tool(t *testing.T, tenant, name string, args any) string {
 }
 
 // run calls runCommand and returns its result, whatever the exit code.
-func (e *landlockEnv) run(t *testing.T, tenant, command, cwd string, args ...string) *workspace.RunCommandResult {
+func (e *landlockEnv) run(t *testing.T, tenant, command, cwd string, args ...string) *core.RunCommandResult {
 	t.Helper()
 	raw, _ := json.Marshal(map[string]any{"command": command, "args": args, "options": map[string]any{"cwd": cwd, "timeout": 30}})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -240,7 +242,7 @@ func (e *landlockEnv) run(t *testing.T, tenant, command, cwd string, args ...str
 	if err != nil {
 		t.Fatalf("runCommand %s %v under %s: %v", command, args, tenant, err)
 	}
-	return res.Value.(*workspace.RunCommandResult)
+	return res.Value.(*core.RunCommandResult)
 }
 
 // background starts a process, waits for it to end and returns its output.
@@ -253,14 +255,14 @@ func (e *landlockEnv) background(t *testing.T, tenant, command string, args ...s
 	if err != nil {
 		t.Fatalf("startProcess %s %v under %s: %v", command, args, tenant, err)
 	}
-	id := res.Value.(*workspace.ProcessInfo).ID
+	id := res.Value.(*core.ProcessInfo).ID
 	raw, _ = json.Marshal(map[string]any{"id": id, "waitMs": 10000})
 	for range 5 {
 		res, err = e.svc.Call(ctx, e.caller(tenant), e.sess[tenant].ID, "readProcessOutput", raw, workspace.CallOptions{})
 		if err != nil {
 			t.Fatalf("readProcessOutput: %v", err)
 		}
-		if out := res.Value.(*workspace.ProcessOutput); !out.Process.Running {
+		if out := res.Value.(*core.ProcessOutput); !out.Process.Running {
 			return fmt.Sprintf("exit %v, stdout %q, stderr %q", out.Process.ExitCode, out.Stdout, out.Stderr)
 		}
 	}

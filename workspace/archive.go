@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/cwsdev/cws/auth"
@@ -24,7 +25,7 @@ func (s *Service) direct(ctx context.Context, caller Caller, id string) (*call, 
 		return nil, err
 	}
 	tp, _ := s.cfg.Tenants.Policy(caller.Tenant)
-	c := &call{svc: s, sess: sess, caller: caller, agent: s.agentFor(sess.Sandbox)}
+	c := &call{svc: s, sess: sess, caller: caller, agent: s.agentFor(sess.Sandbox), tool: "diff"}
 	eff, err := s.effectivePolicy(ctx, c, tp)
 	if err != nil {
 		return nil, err
@@ -82,4 +83,21 @@ func (s *Service) Upload(ctx context.Context, caller Caller, id string, archive 
 		return res, mapAgentError(err)
 	}
 	return res, nil
+}
+
+// Diff returns the session's changes since its last commit as a git patch (Config.Diff,
+// core.Diff), denied paths left out. It needs tools:read.
+func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, error) {
+	c, err := s.direct(ctx, caller, id)
+	if err != nil {
+		return "", err
+	}
+	if s.cfg.Diff == nil {
+		return "", fmt.Errorf("%w: this server has no diff", ErrUnavailable)
+	}
+	d, err := s.cfg.Diff(ctx, c)
+	if err != nil {
+		return "", mapAgentError(err)
+	}
+	return d, nil
 }

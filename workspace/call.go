@@ -11,6 +11,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/tool"
 )
 
 func versionString() string { return version.Version }
@@ -22,17 +23,12 @@ type Result struct {
 	IsError bool
 }
 
-// Failure is the Value of an IsError result that has no typed result of its own.
-type Failure struct {
-	Error FailureDetail `json:"error"`
-}
-
-// FailureDetail says what failed and where.
-type FailureDetail struct {
-	Code    string `json:"code"` // not_found, exists, is_dir, not_dir, not_empty, failed
-	Message string `json:"message"`
-	Path    string `json:"path,omitempty"`
-}
+// Failure is the Value of an IsError result that has no typed result of its own, and
+// FailureDetail says what failed and where (see package tool).
+type (
+	Failure       = tool.Failure
+	FailureDetail = tool.FailureDetail
+)
 
 // OutputFunc receives a running tool's output as it is produced (stream is "stdout" or
 // "stderr"). It must not block for long.
@@ -43,7 +39,8 @@ type CallOptions struct {
 	OnOutput OutputFunc
 }
 
-// call is what a tool's body gets: the session's agent, the effective policy and the caller.
+// call is one tool call's tool.Env: the session's agent, the effective policy and the
+// caller.
 type call struct {
 	svc    *Service
 	sess   *Session
@@ -129,7 +126,7 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 	}
 	g := eff.Guard()
 	c.pol, c.guard = eff, &g
-	if eff.NeedsConfirmation(t.Name) && !t.confirmsItself() {
+	if eff.NeedsConfirmation(t.Name) && !t.ConfirmsItself() {
 		confirmed, rest, err := takeConfirmed(args)
 		if err != nil {
 			return nil, err
@@ -139,15 +136,15 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 		}
 		args = rest
 	}
-	v, err := t.run(ctx, c, args)
+	v, err := t.Run(ctx, c, args)
 	if err != nil {
 		if f, ok := asFailure(err); ok {
 			return &Result{Value: f, IsError: true}, nil
 		}
 		return nil, mapAgentError(err)
 	}
-	f, ok := v.(interface{ failed() bool })
-	return &Result{Value: v, IsError: ok && f.failed()}, nil
+	f, ok := v.(tool.Failed)
+	return &Result{Value: v, IsError: ok && f.Failed()}, nil
 }
 
 // allow applies the tenant's rate limit.
@@ -166,28 +163,8 @@ func (s *Service) allow(ctx context.Context, tenant string, tp *policy.Policy) e
 	return nil
 }
 
-// failure is an execution outcome a tool reports as an error result (git refused,
-// a patch does not apply).
-type failure FailureDetail
-
-func (f *failure) Error() string { return f.Message }
-
 // asFailure turns execution outcomes into a tool result.
-func asFailure(err error) (Failure, bool) {
-	var f *failure
-	if errors.As(err, &f) {
-		return Failure{Error: FailureDetail(*f)}, true
-	}
-	var we *agent.WireError
-	if !errors.As(err, &we) {
-		return Failure{}, false
-	}
-	switch we.Code {
-	case agent.CodeNotFound, agent.CodeExists, agent.CodeIsDir, agent.CodeNotDir, agent.CodeNotEmpty:
-		return Failure{Error: FailureDetail{Code: we.Code, Message: we.Message, Path: we.Path}}, true
-	}
-	return Failure{}, false
-}
+var asFailure = tool.AsFailure
 
 // mapAgentError turns the agent's refusals into the domain's errors.
 func mapAgentError(err error) error {
@@ -274,13 +251,6 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
 	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock", "scope"}
 
-// confirmsItself reports whether the tool has the seed's options.confirmed and checks
-// confirmation in its body (runCommand, startProcess).
-func (t *Tool) confirmsItself() bool {
-	o := t.InputSchema.Properties["options"]
-	return o != nil && o.Properties["confirmed"] != nil
-}
-
 // takeConfirmed reads and removes a top-level "confirmed": true, which any tool listed in
 // confirmationRequired accepts.
 func takeConfirmed(raw json.RawMessage) (bool, json.RawMessage, error) {
@@ -303,3 +273,24 @@ func takeConfirmed(raw json.RawMessage) (bool, json.RawMessage, error) {
 	rest, err := json.Marshal(m)
 	return confirmed, rest, err
 }
+
+// The tool.Env of a call.
+
+func (c *call) SessionID() string { return c.sess.ID }
+func (c *call) Caller() tool.Caller {
+	return tool.Caller{Tenant: c.caller.Tenant, Subject: c.caller.Subject, Scopes: c.caller.Scopes}
+}
+func (c *call) Tool() string              { return c.tool }
+func (c *call) Agent() *agent.Client      { return c.agent }
+func (c *call) Policy() *policy.Effective { return c.pol }
+func (c *call) Guard() *guard.Guard       { return c.guard }
+func (c *call) Output() func(stream string, data []byte) {
+	if c.out == nil {
+		return nil
+	}
+	return c.out
+}
+func (c *call) PolicyChanged()  { c.svc.policyChanged(c.sess.ID) }
+func (c *call) ExecUnenforced() { c.svc.obs.ExecUnenforced() }
+
+var _ tool.Env = (*call)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 // tenants is a fake workspace.Tenants: a fixed policy per tenant.
@@ -46,7 +47,7 @@ func newEnv(t *testing.T, tenantPolicyJSON string) (*workspace.Service, workspac
 	}
 	other, _ := policy.Parse([]byte("{}"))
 	local := sandboxtest.New(t)
-	svc := workspace.New(workspace.Config{
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff,
 		Store:        memstore.New(),
 		Sandboxes:    local,
 		Tenants:      tenants{testTenant: tp, otherTenant: other},

@@ -13,6 +13,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 // unenforcedCounter is an Observer that counts ExecUnenforced and ignores the rest.
@@ -53,7 +54,7 @@ func TestUnenforcedExec(t *testing.T) {
 			}
 			obs := &unenforcedCounter{}
 			local := sandboxtest.New(t)
-			svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: local, Tenants: tenants{testTenant: tp},
+			svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: local, Tenants: tenants{testTenant: tp},
 				DefaultImage: "test-image", Observer: obs})
 			t.Cleanup(svc.Close)
 			caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}

@@ -17,6 +17,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 // TestToolScopes pins the scope each tool needs. It comes from the tool's kind in its
@@ -30,7 +31,7 @@ func TestToolScopes(t *testing.T) {
 		auth.ScopeToolsExec: {"runCommand", "startProcess", "readProcessOutput", "listProcesses", "killProcess"},
 	}
 	got := map[string][]string{}
-	for _, tl := range workspace.DefaultCatalog().Tools() {
+	for _, tl := range workspace.NewCatalog(toolset.All()...).Tools() {
 		got[tl.Scope] = append(got[tl.Scope], tl.Name)
 		if !slices.Contains(auth.ToolScopes(), tl.Scope) {
 			t.Errorf("%s needs %q, not a tools scope", tl.Name, tl.Scope)
@@ -91,13 +92,13 @@ func TestCallScopes(t *testing.T) {
 	e := newTestEnvObserved(t, `{"allowedCommands": ["echo"]}`, obs)
 	e.put("a.txt", "hello\n")
 	ctx := context.Background()
-	for _, tl := range workspace.DefaultCatalog().Tools() {
+	for _, tl := range workspace.NewCatalog(toolset.All()...).Tools() {
 		t.Run("without "+tl.Scope+": "+tl.Name, func(t *testing.T) {
 			_, err := e.svc.Call(ctx, withScopes(e.caller, allBut(tl.Scope)...), e.id, tl.Name, nil, workspace.CallOptions{})
 			wantScopeError(t, tl.Name, err, tl.Scope)
 		})
 	}
-	if n := obs.count("scope"); n != len(workspace.DefaultCatalog().Tools()) {
+	if n := obs.count("scope"); n != len(workspace.NewCatalog(toolset.All()...).Tools()) {
 		t.Errorf("%d denials counted under rule scope, want one per refused call", n)
 	}
 	// A scope refusal comes before the session lookup: an unknown id is refused the same.
@@ -347,7 +348,7 @@ func newTestEnvObserved(t *testing.T, tenantPolicyJSON string, obs workspace.Obs
 		t.Fatalf("tenant policy: %v", err)
 	}
 	local := sandboxtest.New(t)
-	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: local, Tenants: tenants{testTenant: tp},
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: local, Tenants: tenants{testTenant: tp},
 		Observer: obs, DefaultImage: "test-image", PolicyTTL: time.Nanosecond})
 	t.Cleanup(svc.Close)
 	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}

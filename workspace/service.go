@@ -13,6 +13,7 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/tool"
 )
 
 // Sandboxes is the sandbox driver as the Service uses it (sandbox/docker implements it).
@@ -47,6 +48,13 @@ type Config struct {
 	Tenants   Tenants
 	Observer  Observer // nil: nothing is measured
 	Log       *slog.Logger
+
+	// Tools are the catalogue: every toolset's tools, in listing order (cmd/cws wires
+	// core.Tools(), lsp.Tools(), …; the service never imports a toolset).
+	Tools []*tool.Tool
+	// Diff computes the REST diff of a session (core.Diff); nil: the diff endpoint
+	// answers that it is not available.
+	Diff func(ctx context.Context, env tool.Env) (string, error)
 
 	DefaultImage   string        // image when neither the request nor the tenant names one
 	DefaultIdleTTL time.Duration // idle TTL when the tenant sets none; zero means 30 min
@@ -111,7 +119,7 @@ func New(cfg Config) *Service {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer,
-		catalog: DefaultCatalog(),
+		catalog: NewCatalog(cfg.Tools...),
 		audit:   make(chan AuditRecord, 4096),
 		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
 	}

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"bytes"
@@ -99,4 +99,4 @@ func runCommand(ctx context.Context, c *call, a *RunCommandArgs) (*RunCommandRes
 }
 
 // failed marks a non-zero exit or a timeout as an execution failure (isError).
-func (r *RunCommandResult) failed() bool { return r.ExitCode != 0 || r.TimedOut }
+func (r *RunCommandResult) Failed() bool { return r.ExitCode != 0 || r.TimedOut }

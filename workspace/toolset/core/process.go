@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func startProcess(ctx context.Context, c *call, a *StartProcessArgs) (*ProcessIn
 		return nil, err
 	}
 	if p.Unenforced {
-		c.svc.obs.ExecUnenforced()
+		c.env.ExecUnenforced()
 	}
 	pi := processInfo(p)
 	return &pi, nil

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (c *call) execPolicy(extraPrograms ...string) *agent.ExecPolicy {
 func (c *call) exec(ctx context.Context, a agent.ExecArgs, stdin []byte, onOut agent.EventFunc) (agent.ExecResult, error) {
 	r, err := c.agent.Exec(ctx, a, stdin, onOut)
 	if err == nil && r.Unenforced {
-		c.svc.obs.ExecUnenforced()
+		c.env.ExecUnenforced()
 	}
 	return r, err
 }

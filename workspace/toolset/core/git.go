@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"
@@ -362,7 +362,7 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 	}
 	ident := []string{}
 	if email, _ := c.git(ctx, nil, "config", "user.email"); strings.TrimSpace(email) == "" {
-		ident = []string{"-c", "user.name=" + c.caller.Subject, "-c", "user.email=" + c.caller.Subject + "@cws.invalid"}
+		ident = []string{"-c", "user.name=" + c.env.Caller().Subject, "-c", "user.email=" + c.env.Caller().Subject + "@cws.invalid"}
 	}
 	out, err := c.git(ctx, []byte(a.Message), append(ident, "commit", "--no-verify", "-F", "-")...)
 	if err != nil {

@@ -1,0 +1,19 @@
+// Package toolset is the catalogue cws serves: every toolset's tools, in listing order,
+// and the REST diff. The composition root (cmd/cws) and tests wire it into
+// workspace.Config, so the workspace package never imports a toolset.
+package toolset
+
+import (
+	"context"
+
+	"github.com/cwsdev/cws/workspace/tool"
+	"github.com/cwsdev/cws/workspace/toolset/core"
+)
+
+// All returns every tool of every toolset: core, then lsp, then vscode.
+func All() []*tool.Tool {
+	return core.Tools()
+}
+
+// Diff is the REST diff (core.Diff).
+func Diff(ctx context.Context, env tool.Env) (string, error) { return core.Diff(ctx, env) }
