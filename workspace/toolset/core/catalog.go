@@ -49,4 +49,3 @@ func Tools() []*tool.Tool {
 		def("killProcess", "Kill process", "Stop a background process and its children: SIGTERM, then SIGKILL after 2 s.", stops, nil, killProcess),
 	}
 }
-
