@@ -21,6 +21,9 @@ func versionString() string { return version.Version }
 type Result struct {
 	Value   any
 	IsError bool
+	// Note is a remark beside the value, e.g. how many locations in denied paths were
+	// left out (a value implementing interface{ Note() string } sets it).
+	Note string
 }
 
 // Failure is the Value of an IsError result that has no typed result of its own, and
@@ -144,7 +147,11 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 		return nil, mapAgentError(err)
 	}
 	f, ok := v.(tool.Failed)
-	return &Result{Value: v, IsError: ok && f.Failed()}, nil
+	res := &Result{Value: v, IsError: ok && f.Failed()}
+	if n, ok := v.(interface{ Note() string }); ok {
+		res.Note = n.Note()
+	}
+	return res, nil
 }
 
 // allow applies the tenant's rate limit.
@@ -183,7 +190,9 @@ func mapAgentError(err error) error {
 	case agent.CodeTooLarge:
 		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: "maxFileSize", Detail: we.Message}
 	case agent.CodeInvalid:
-		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message}
+		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message, Data: we.Data}
+	case agent.CodeCommand:
+		return &policy.Violation{Err: ErrCommand, Path: we.Path, Rule: "allowedCommands", Detail: we.Message}
 	case agent.CodeCanceled:
 		return context.Canceled
 	case agent.CodeNotEnforced:

@@ -25,9 +25,12 @@ import (
 // tools:write, commands and background processes tools:exec.
 func TestToolScopes(t *testing.T) {
 	want := map[string][]string{
-		auth.ScopeToolsRead: {"readFile", "listFiles", "searchFiles", "findFiles", "gitStatus", "gitDiff", "gitLog", "gitShow"},
+		auth.ScopeToolsRead: {"readFile", "listFiles", "searchFiles", "findFiles", "gitStatus", "gitDiff", "gitLog", "gitShow",
+			"get_hover", "get_definition", "get_references", "get_diagnostics", "get_completions", "get_document_symbols",
+			"format_document", "workspace_symbol_search", "get_code_actions", "prepare_call_hierarchy", "get_incoming_calls",
+			"get_outgoing_calls", "get_cached_diagnostics", "get_server_logs", "get_server_messages"},
 		auth.ScopeToolsWrite: {"writeFile", "editFile", "applyPatch", "deleteFile", "moveFile",
-			"gitCommit", "gitBranch", "gitCheckout"},
+			"gitCommit", "gitBranch", "gitCheckout", "rename_symbol"},
 		auth.ScopeToolsExec: {"runCommand", "startProcess", "readProcessOutput", "listProcesses", "killProcess"},
 	}
 	got := map[string][]string{}

@@ -48,6 +48,9 @@ type ErrorData struct {
 	Rule   string `json:"rule,omitempty"`
 	Detail string `json:"detail,omitempty"`
 	Scope  string `json:"scope,omitempty"` // the token scope the call needs (rule "scope")
+	// Valid is what would have been accepted, e.g. a position's valid range
+	// ({"line":{"min":1,"max":N},"character":{"min":1,"max":M}}).
+	Valid json.RawMessage `json:"valid,omitempty"`
 }
 
 // rpcError turns an error into the JSON-RPC error the client sees. Internal causes
@@ -61,7 +64,7 @@ func rpcError(err error) *jsonrpc.Error {
 		var v *policy.Violation
 		if errors.As(err, &v) {
 			e.Message = v.Error()
-			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
+			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail, Valid: v.Data})
 		} else if se := workspace.AsScopeError(err); se != nil {
 			e.Message = se.Error()
 			e.Data, _ = json.Marshal(ErrorData{Rule: "scope", Scope: se.Scope})

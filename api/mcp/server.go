@@ -4,6 +4,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -183,11 +184,15 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 		if err != nil {
 			return nil, rpcError(err)
 		}
-		return &sdk.CallToolResult{
+		out := &sdk.CallToolResult{
 			Content:           []sdk.Content{&sdk.TextContent{Text: string(body)}},
-			StructuredContent: json.RawMessage(body),
+			StructuredContent: structured(body),
 			IsError:           res.IsError,
-		}, nil
+		}
+		if res.Note != "" {
+			out.Content = append(out.Content, &sdk.TextContent{Text: res.Note})
+		}
+		return out, nil
 	}
 }
 
@@ -225,4 +230,14 @@ func (h *Handler) listCallable(next sdk.MethodHandler) sdk.MethodHandler {
 		})
 		return &out, nil
 	}
+}
+
+// structured is a result's structuredContent: the result itself when it is a JSON
+// object, else {"result": …} (MCP's structured content is an object; an LSP definition
+// is an array, a hover may be null).
+func structured(body []byte) json.RawMessage {
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '{' {
+		return body
+	}
+	return json.RawMessage(`{"result":` + string(body) + `}`)
 }

@@ -8,11 +8,12 @@ import (
 
 	"github.com/cwsdev/cws/workspace/tool"
 	"github.com/cwsdev/cws/workspace/toolset/core"
+	"github.com/cwsdev/cws/workspace/toolset/lsp"
 )
 
 // All returns every tool of every toolset: core, then lsp, then vscode.
 func All() []*tool.Tool {
-	return core.Tools()
+	return append(core.Tools(), lsp.Tools()...)
 }
 
 // Diff is the REST diff (core.Diff).
