@@ -256,7 +256,24 @@ func (s *server) call(ctx context.Context, method string, params, result any) er
 	if errors.As(err, &re) {
 		return &serverError{server: s.name, method: method, code: re.Code, message: re.Message}
 	}
+	if err != nil && s.exitsSoon() {
+		// A transport error (a broken pipe) from a server that is dying: the manager has
+		// not seen it exit yet.
+		return fmt.Errorf("%s %w during %s", s.name, errExited, method)
+	}
 	return err
+}
+
+// exitsSoon reports whether the server process ends within a moment.
+func (s *server) exitsSoon() bool {
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // errExited: the server process went away while a request was out; the manager starts
