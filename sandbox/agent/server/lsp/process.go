@@ -55,6 +55,7 @@ type document struct {
 	rel     string
 	version int
 	hash    [32]byte
+	src     []byte // the content last synced, as the Files gave it
 	seq     uint64 // when it was last synced
 	used    uint64 // when it was last synced or checked
 }
