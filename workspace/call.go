@@ -68,6 +68,11 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 		return nil, err
 	}
 	res, err := s.run(ctx, t, sess, caller, args, opts)
+	if err == nil {
+		s.renew(ctx, sess)
+	} else {
+		s.noteLost(ctx, sess, err)
+	}
 	d := time.Since(start)
 	outcome, decision, rule := classify(res, err)
 	if rule != "" {
@@ -158,6 +163,9 @@ func asFailure(err error) (Failure, bool) {
 func mapAgentError(err error) error {
 	var we *agent.WireError
 	if !errors.As(err, &we) {
+		if errors.Is(err, ErrSessionLost) {
+			return err
+		}
 		if errors.Is(err, agent.ErrUnavailable) || errors.Is(err, agent.ErrVersion) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -15,6 +15,10 @@ var (
 	ErrRateLimited = errors.New("rate limit exceeded")
 	ErrUnavailable = errors.New("temporarily unavailable")
 	ErrForbidden   = errors.New("forbidden")
+	// ErrSessionLost: the session's sandbox was removed behind cws's back (its
+	// container is gone), so its files are gone too. The session is never recreated
+	// under the same id; the caller starts a new one.
+	ErrSessionLost = errors.New("session lost: its sandbox was removed")
 
 	// The policy's errors, one per code of the seed's catalogue.
 	ErrInvalid   = policy.ErrInvalid   // -32602

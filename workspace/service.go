@@ -5,6 +5,8 @@ package workspace
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -16,9 +18,12 @@ import (
 )
 
 // Sandboxes is the sandbox driver as the Service uses it (sandbox/docker implements it).
+// Attach fails with sandbox.ErrStopped for a stopped sandbox and sandbox.ErrNotFound
+// for a removed one; Start starts a stopped sandbox again (a no-op when it runs).
 type Sandboxes interface {
 	Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error)
 	Attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	Start(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
 	List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error)
 }
@@ -30,6 +35,10 @@ type Observer interface {
 	SessionCreated(d time.Duration)
 	SessionsActive(n int)
 	Reaped(reason string)
+	// Restarted counts stopped sandboxes started again, by who noticed ("call", "reconcile").
+	Restarted(by string)
+	// Adopted counts sessions taken back into the store from their containers' labels.
+	Adopted()
 }
 
 // Tenants gives a tenant's policy: the ceiling every session of it is held to.
@@ -52,6 +61,11 @@ type Config struct {
 	ReadyTimeout   time.Duration // how long a new sandbox may take to answer; zero means 60 s
 	PolicyTTL      time.Duration // how long a workspace .cws-policy.json is cached; zero means 1 s
 	Now            func() time.Time
+
+	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
+	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
+	// be provoked. Zero, always in production, means the session's volume.
+	TestWorkspaceTmpfsBytes int64
 }
 
 // Caller is who is calling: the tenant and subject of a verified token.
@@ -133,13 +147,31 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 	defer s.mu.Unlock()
 	c, ok := s.agents[sandboxID]
 	if !ok {
-		sb := s.cfg.Sandboxes
 		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
-			return sb.Attach(ctx, sandboxID)
+			return s.attach(ctx, sandboxID)
 		}, versionString(), s.log.With("sandbox", sandboxID))
 		s.agents[sandboxID] = c
 	}
 	return c
+}
+
+// attach opens a stream to a sandbox's agent. A stopped sandbox (an engine restart, a
+// docker stop) is started again first: its volume, and so its files, are intact. A
+// removed one is ErrSessionLost.
+func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteCloser, error) {
+	conn, err := s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	if errors.Is(err, sandbox.ErrStopped) {
+		s.log.Warn("sandbox is stopped, starting it again", "sandbox", sandboxID)
+		if err := s.cfg.Sandboxes.Start(ctx, sandboxID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return nil, fmt.Errorf("start stopped sandbox: %w", err)
+		}
+		s.obs.Restarted("call")
+		conn, err = s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	}
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrSessionLost, err)
+	}
+	return conn, err
 }
 
 func (s *Service) forgetAgent(sandboxID string) {
@@ -169,3 +201,5 @@ func (nopObserver) PolicyDenial(string)                    {}
 func (nopObserver) SessionCreated(time.Duration)           {}
 func (nopObserver) SessionsActive(int)                     {}
 func (nopObserver) Reaped(string)                          {}
+func (nopObserver) Restarted(string)                       {}
+func (nopObserver) Adopted()                               {}

@@ -37,6 +37,7 @@ var codes = []struct {
 	{workspace.ErrForbidden, CodePolicyViolation, "forbidden"},
 	{workspace.ErrInvalid, CodeInvalidParams, "invalid params"},
 	{workspace.ErrNotFound, CodeInvalidParams, "session not found"},
+	{workspace.ErrSessionLost, CodePathTraversal, "session lost: its sandbox was removed, and its files with it; start a new session"},
 	{workspace.ErrUnavailable, CodeInternal, "workspace temporarily unavailable, retry"},
 	{context.Canceled, CodeInternal, "canceled"},
 	{context.DeadlineExceeded, CodeInternal, "deadline exceeded"},
@@ -47,7 +48,15 @@ type ErrorData struct {
 	Path   string `json:"path,omitempty"`
 	Rule   string `json:"rule,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Reason names a fault the caller can act on: "session_lost" (start a new
+	// session), "unavailable" (retry after RetryAfter seconds).
+	Reason     string `json:"reason,omitempty"`
+	Retryable  bool   `json:"retryable,omitempty"`
+	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
 }
+
+// RetryAfterSeconds is what a retryable error tells the caller to wait.
+const RetryAfterSeconds = 1
 
 // rpcError turns an error into the JSON-RPC error the client sees. Internal causes
 // are logged by the caller's middleware, never sent.
@@ -61,8 +70,14 @@ func rpcError(err error) *jsonrpc.Error {
 		if errors.As(err, &v) {
 			e.Message = v.Error()
 			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
-		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound {
+		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound && c.err != workspace.ErrSessionLost {
 			e.Message = err.Error() // a missing session keeps the fixed message: ids are not echoed
+		}
+		switch c.err {
+		case workspace.ErrSessionLost:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "session_lost"})
+		case workspace.ErrUnavailable:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "unavailable", Retryable: true, RetryAfter: RetryAfterSeconds})
 		}
 		return e
 	}

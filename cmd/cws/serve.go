@@ -83,7 +83,6 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 
 	var store workspace.Store
-	adopt := false
 	if cfg.RedisURL != "" {
 		rs, err := redisstore.Open(ctx, cfg.RedisURL)
 		if err != nil {
@@ -92,7 +91,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		store = rs
 		log.Info("session store: redis", "url", redactURL(cfg.RedisURL))
 	} else {
-		store, adopt = memstore.New(), true
+		store = memstore.New()
 		log.Info("session store: embedded in-memory store (single node; sessions are re-adopted from container labels on restart)")
 	}
 	defer store.Close()
@@ -131,12 +130,12 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err := ready(ctx); err != nil {
 		return fmt.Errorf("not ready: %w (run `cws doctor` for help)", err)
 	}
-	if err := svc.Reconcile(ctx, adopt); err != nil {
+	if err := svc.Reconcile(ctx); err != nil {
 		log.Warn("startup reconcile", "err", err)
 	}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaper()
-	go svc.RunReaper(reapCtx, cfg.ReapEvery, adopt)
+	go svc.RunReaper(reapCtx, cfg.ReapEvery)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -79,7 +79,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	conn, err := c.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dial: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
 	}
 	peer, err := handshake(ctx, conn, Hello{Protocol: ProtocolVersion, Version: c.version})
 	if err != nil {
