@@ -76,6 +76,10 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 		if status == http.StatusServiceUnavailable {
 			d.Message = "temporarily unavailable, retry shortly"
 			c.Header("Retry-After", strconv.Itoa(mcp.RetryAfterSeconds))
+			var in *workspace.Interrupted
+			if errors.As(err, &in) { // says only whether the command ran: no cause leaks
+				d.Message = in.Error()
+			}
 		}
 	}
 	c.AbortWithStatusJSON(status, ErrorBody{Error: d})

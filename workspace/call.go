@@ -163,8 +163,8 @@ func asFailure(err error) (Failure, bool) {
 func mapAgentError(err error) error {
 	var we *agent.WireError
 	if !errors.As(err, &we) {
-		if errors.Is(err, ErrSessionLost) {
-			return err
+		if f, ok := mapFault(err); ok {
+			return f
 		}
 		if errors.Is(err, agent.ErrUnavailable) || errors.Is(err, agent.ErrVersion) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)

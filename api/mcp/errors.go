@@ -53,6 +53,8 @@ type ErrorData struct {
 	Reason     string `json:"reason,omitempty"`
 	Retryable  bool   `json:"retryable,omitempty"`
 	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
+	// Started, for reason "interrupted": whether the command had started.
+	Started *bool `json:"started,omitempty"`
 }
 
 // RetryAfterSeconds is what a retryable error tells the caller to wait.
@@ -61,6 +63,12 @@ const RetryAfterSeconds = 1
 // rpcError turns an error into the JSON-RPC error the client sees. Internal causes
 // are logged by the caller's middleware, never sent.
 func rpcError(err error) *jsonrpc.Error {
+	var in *workspace.Interrupted
+	if errors.As(err, &in) { // a command whose stream broke: say whether it ran
+		e := &jsonrpc.Error{Code: CodeInternal, Message: in.Error()}
+		e.Data, _ = json.Marshal(ErrorData{Reason: "interrupted", Retryable: true, RetryAfter: RetryAfterSeconds, Started: &in.Started})
+		return e
+	}
 	for _, c := range codes {
 		if !errors.Is(err, c.err) {
 			continue

@@ -19,11 +19,15 @@ import (
 // dies; threads made early are kept and reused, so the agent keeps answering.
 const warmThreads = 12
 
+// stateDir keeps the outcomes of recent requests on the container's /tmp, so that they
+// survive this process being killed and restarted by init (server.Config.StateDir).
+const stateDir = "/tmp/.cws-agent/requests"
+
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	warmUp()
 	root := os.Getenv("CWS_WORKSPACE")
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log})
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, StateDir: stateDir})
 	if err != nil {
 		return err
 	}

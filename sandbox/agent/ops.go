@@ -33,6 +33,8 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventEOF    = "eof"
+	// EventStarted precedes a command's (exec, proc.start) run; the client consumes it.
+	EventStarted = "started"
 )
 
 // File types in FileInfo.Type.

@@ -29,6 +29,9 @@ type Config struct {
 	Log     *slog.Logger
 	// BaseEnv is the environment every command starts from (PATH is always the fixed SafePath).
 	BaseEnv map[string]string
+	// StateDir keeps the outcomes of recent requests (see agent.Header.ID) so that they
+	// survive an agent restart; "" keeps them in memory only.
+	StateDir string
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -39,6 +42,7 @@ type Server struct {
 	ws    *workspace
 	procs *procTable
 	ops   map[string]handler
+	seen  *outcomes // answers to recent requests with ids (dedupe.go)
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -60,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
 	s.ops = map[string]handler{
 		agent.OpPing:       s.ping,
 		agent.OpStat:       s.stat,
@@ -185,11 +189,31 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		}
 	}()
 
+	// A request with an id is answered once: a retry gets the first outcome. It runs to
+	// the end even if its stream breaks, so that the outcome is whole.
+	var oc *outcome
+	if h.ID != "" && !h.Stream {
+		first := false
+		if oc, first = s.seen.begin(h.ID); !first {
+			select {
+			case <-oc.done:
+				if err := r.send(oc.h, oc.body); err != nil {
+					s.log.Warn("answer not sent", "op", h.Op, "err", err)
+				}
+			case <-ctx.Done():
+			}
+			return
+		}
+		ctx = context.WithoutCancel(ctx)
+	}
 	var res any
 	op, ok := s.ops[h.Op]
 	if !ok {
 		err = agent.Errorf(agent.CodeInvalid, "", "unknown operation %q", h.Op)
 	} else {
+		if h.Op == agent.OpExec || h.Op == agent.OpProcStart {
+			_ = r.send(&agent.Header{Event: agent.EventStarted}, nil)
+		}
 		res, err = op(ctx, h.Args, body, r)
 	}
 	done := &agent.Header{Done: true}
@@ -203,6 +227,9 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		if done.Result, err = json.Marshal(res); err != nil {
 			done.Error = wireError(err)
 		}
+	}
+	if oc != nil {
+		s.seen.finish(h.ID, oc, done, out)
 	}
 	if err := r.send(done, out); err != nil {
 		s.log.Warn("answer not sent", "op", h.Op, "err", err)
