@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,7 +178,7 @@ func mapAgentError(err error) error {
 	case agent.CodeDenied:
 		return &policy.Violation{Err: ErrPolicy, Path: we.Path, Rule: we.Rule, Detail: we.Message}
 	case agent.CodeTooLarge:
-		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: "maxFileSize", Detail: we.Message}
+		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: cmp.Or(we.Rule, "maxFileSize"), Detail: we.Message}
 	case agent.CodeInvalid:
 		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message}
 	case agent.CodeCanceled:

@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{Logger: log})
 	mcpHandler := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols, Log: log,
-		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure})
+		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure, OnCallFailed: m.MCPCallFailed})
 	ready := func(ctx context.Context) error {
 		if err := store.Ping(ctx); err != nil {
 			return fmt.Errorf("store: %w", err)

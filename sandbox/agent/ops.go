@@ -191,6 +191,10 @@ type ExecResult struct {
 	Signal          string `json:"signal,omitempty"`
 	StartError      string `json:"startError,omitempty"`
 	DurationMS      int64  `json:"durationMs"`
+	// OOMKilled: the container's memory limit killed the command (the cgroup's OOM
+	// killer struck while it ran); MemoryLimitBytes is that limit, 0 if unknown.
+	OOMKilled        bool  `json:"oomKilled,omitempty"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 }
 
 // ProcStartArgs starts a background process owned by the agent (it outlives the stream).
