@@ -20,8 +20,8 @@ import (
 // the command that restarts it (default: systemctl restart docker).
 const OwnEngineEnv = "CWS_TEST_OWN_ENGINE"
 
-// TestFaultDockerStop stops a session's container behind cws's back: the next call
-// starts it again and answers on the same files; a reconcile pass also starts it
+// TestFaultDockerStop stops (kills, pauses) a session's container behind cws's back:
+// the next call starts it again and answers on the same files; a reconcile pass also starts it
 // without any call. A container removed behind cws's back is a lost session: -32001
 // with data.reason "session_lost", never a new empty session under the same id.
 func TestFaultDockerStop(t *testing.T) {
@@ -41,6 +41,16 @@ func TestFaultDockerStop(t *testing.T) {
 		t.Errorf("readFile after docker stop = %v", got)
 	}
 	c.call(t, "writeFile", map[string]any{"path": "after.txt", "contents": "written after the stop\n"})
+
+	// 1b. docker kill, and docker pause: the same repair.
+	dockerCLI(t, "kill", box)
+	if got := c.call(t, "readFile", map[string]any{"path": "kept.txt"}); got["content"] != "on the volume\n" {
+		t.Errorf("readFile after docker kill = %v", got)
+	}
+	dockerCLI(t, "pause", box)
+	if got := c.call(t, "readFile", map[string]any{"path": "kept.txt"}); got["content"] != "on the volume\n" {
+		t.Errorf("readFile after docker pause = %v", got)
+	}
 
 	// 2. docker stop, then no call: reconcile starts it again.
 	dockerCLI(t, "stop", "-t", "1", box)

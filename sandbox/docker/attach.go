@@ -28,7 +28,7 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 	if deletedName(c.Name) {
 		return nil, fmt.Errorf("attach sandbox %s: %w: it is being removed", id, ErrNotFound)
 	}
-	if c.State == nil || !c.State.Running || c.State.Restarting {
+	if c.State == nil || !c.State.Running || c.State.Restarting || c.State.Paused {
 		return nil, fmt.Errorf("attach sandbox %s: %w", id, ErrStopped)
 	}
 	exec, err := d.cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{
