@@ -48,9 +48,13 @@ func TestFaultSIGTERMDuringCall(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	r := do(t, nil, p.url, http.MethodGet, "/readyz", "", nil, nil)
-	if r.status != http.StatusServiceUnavailable {
-		t.Errorf("/readyz right after SIGTERM = %d %s, want 503", r.status, r.body)
+	// The signal is delivered asynchronously: poll, but /readyz must say 503 while the
+	// call is still in flight.
+	waitFor(t, 30*time.Second, "/readyz to answer 503 after SIGTERM", func() bool {
+		return do(t, nil, p.url, http.MethodGet, "/readyz", "", nil, nil).status == http.StatusServiceUnavailable
+	})
+	if len(done) > 0 {
+		t.Error("/readyz turned 503 only after the in-flight call had answered")
 	}
 	var a answer
 	select {

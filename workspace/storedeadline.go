@@ -66,34 +66,42 @@ func bound0(b *BoundedStore, ctx context.Context, name string, op func(context.C
 	return err
 }
 
+// CreateSession is Store.CreateSession, bounded.
 func (b *BoundedStore) CreateSession(ctx context.Context, s *Session, max int) error {
 	return bound0(b, ctx, "create session", func(ctx context.Context) error { return b.inner.CreateSession(ctx, s, max) })
 }
 
+// GetSession is Store.GetSession, bounded.
 func (b *BoundedStore) GetSession(ctx context.Context, tenant, id string) (*Session, error) {
 	return bound(b, ctx, "get session", func(ctx context.Context) (*Session, error) { return b.inner.GetSession(ctx, tenant, id) })
 }
 
+// UpdateSession is Store.UpdateSession, bounded.
 func (b *BoundedStore) UpdateSession(ctx context.Context, s *Session) error {
 	return bound0(b, ctx, "update session", func(ctx context.Context) error { return b.inner.UpdateSession(ctx, s) })
 }
 
+// TouchSession is Store.TouchSession, bounded.
 func (b *BoundedStore) TouchSession(ctx context.Context, tenant, id string, at time.Time) error {
 	return bound0(b, ctx, "touch session", func(ctx context.Context) error { return b.inner.TouchSession(ctx, tenant, id, at) })
 }
 
+// DeleteSession is Store.DeleteSession, bounded.
 func (b *BoundedStore) DeleteSession(ctx context.Context, tenant, id string) error {
 	return bound0(b, ctx, "delete session", func(ctx context.Context) error { return b.inner.DeleteSession(ctx, tenant, id) })
 }
 
+// ListSessions is Store.ListSessions, bounded.
 func (b *BoundedStore) ListSessions(ctx context.Context, tenant string) ([]*Session, error) {
 	return bound(b, ctx, "list sessions", func(ctx context.Context) ([]*Session, error) { return b.inner.ListSessions(ctx, tenant) })
 }
 
+// AllSessions is Store.AllSessions, bounded.
 func (b *BoundedStore) AllSessions(ctx context.Context) ([]*Session, error) {
 	return bound(b, ctx, "list all sessions", b.inner.AllSessions)
 }
 
+// Claim is Store.Claim, bounded.
 func (b *BoundedStore) Claim(ctx context.Context, key, value string, ttl time.Duration) (string, bool, error) {
 	type claim struct {
 		cur string
@@ -106,22 +114,27 @@ func (b *BoundedStore) Claim(ctx context.Context, key, value string, ttl time.Du
 	return c.cur, c.ok, err
 }
 
+// Release is Store.Release, bounded.
 func (b *BoundedStore) Release(ctx context.Context, key, value string) error {
 	return bound0(b, ctx, "release", func(ctx context.Context) error { return b.inner.Release(ctx, key, value) })
 }
 
+// Allow is Store.Allow, bounded.
 func (b *BoundedStore) Allow(ctx context.Context, key string, limit int, window time.Duration) (bool, error) {
 	return bound(b, ctx, "rate limit", func(ctx context.Context) (bool, error) { return b.inner.Allow(ctx, key, limit, window) })
 }
 
+// Audit is Store.Audit, bounded.
 func (b *BoundedStore) Audit(ctx context.Context, r AuditRecord) error {
 	return bound0(b, ctx, "audit", func(ctx context.Context) error { return b.inner.Audit(ctx, r) })
 }
 
+// RecentAudit is Store.RecentAudit, bounded.
 func (b *BoundedStore) RecentAudit(ctx context.Context, n int) ([]AuditRecord, error) {
 	return bound(b, ctx, "recent audit", func(ctx context.Context) ([]AuditRecord, error) { return b.inner.RecentAudit(ctx, n) })
 }
 
+// Ping is Store.Ping, bounded.
 func (b *BoundedStore) Ping(ctx context.Context) error {
 	return bound0(b, ctx, "ping", b.inner.Ping)
 }
