@@ -96,9 +96,5 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }
 
 func caller(c *gin.Context) workspace.Caller {
-	p := auth.PrincipalFrom(c.Request.Context())
-	if p == nil {
-		return workspace.Caller{}
-	}
-	return workspace.Caller{Tenant: p.Tenant, Subject: p.Subject}
+	return workspace.CallerOf(auth.PrincipalFrom(c.Request.Context()))
 }

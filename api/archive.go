@@ -33,19 +33,42 @@ func (s *Server) upload(c *gin.Context) {
 
 func (s *Server) download(c *gin.Context) {
 	id := c.Param("id")
-	// Check first, so that an unknown id is a clean 404 rather than a broken stream.
-	if _, err := s.cfg.Service.GetSession(c.Request.Context(), caller(c), id); err != nil {
-		fail(c, s.log, err)
-		return
-	}
-	c.Header("Content-Type", "application/x-tar")
-	c.Header("Content-Disposition", `attachment; filename="`+id+`.tar"`)
-	c.Status(http.StatusOK)
-	if err := s.cfg.Service.Download(c.Request.Context(), caller(c), id, c.Writer); err != nil {
+	w := &tarResponse{c: c, id: id}
+	err := s.cfg.Service.Download(c.Request.Context(), caller(c), id, w)
+	switch {
+	case err != nil && !w.started:
+		fail(c, s.log, err) // refused (scope, unknown id) before a byte: a clean error
+	case err != nil:
 		// Headers are out: the archive simply ends without tar's end marker, which
 		// every tar reader reports as a truncated archive.
 		s.log.Warn("archive download broke off", "session", id, "err", err)
+	default:
+		w.start()
 	}
+}
+
+// tarResponse sends the archive's headers with its first bytes, so that a download
+// refused before it starts is an ordinary error response.
+type tarResponse struct {
+	c       *gin.Context
+	id      string
+	started bool
+}
+
+func (w *tarResponse) start() {
+	if w.started {
+		return
+	}
+	w.started = true
+	w.c.Header("Content-Type", "application/x-tar")
+	w.c.Header("Content-Disposition", `attachment; filename="`+w.id+`.tar"`)
+	w.c.Status(http.StatusOK)
+	w.c.Writer.WriteHeaderNow()
+}
+
+func (w *tarResponse) Write(p []byte) (int, error) {
+	w.start()
+	return w.c.Writer.Write(p)
 }
 
 func (s *Server) diff(c *gin.Context) {

@@ -27,6 +27,7 @@ type ErrorDetail struct {
 	RPCCode int64  `json:"rpcCode,omitempty"` // the seed's JSON-RPC code, for tool errors
 	Path    string `json:"path,omitempty"`
 	Rule    string `json:"rule,omitempty"`
+	Scope   string `json:"scope,omitempty"` // the token scope the request needs (403 forbidden)
 }
 
 // statuses maps domain errors to HTTP: the one place this happens for REST. Order
@@ -69,6 +70,9 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 	var v *policy.Violation
 	if errors.As(err, &v) { // a tool-level refusal: the same seed code MCP sends
 		d.Path, d.Rule, d.RPCCode = v.Path, v.Rule, mcp.Code(err)
+	}
+	if se := workspace.AsScopeError(err); se != nil {
+		d.Rule, d.Scope, d.RPCCode = "scope", se.Scope, mcp.Code(err)
 	}
 	if status >= 500 {
 		log.Error("request failed", "route", c.FullPath(), "status", status, "err", err)

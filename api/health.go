@@ -40,7 +40,7 @@ func (s *Server) mcp(c *gin.Context) { s.cfg.MCP.ServeHTTP(c.Writer, c.Request) 
 
 func (s *Server) boundMCP(c *gin.Context) {
 	id := c.Param("id")
-	if _, err := s.cfg.Service.GetSession(c.Request.Context(), caller(c), id); err != nil {
+	if _, err := s.cfg.Service.SessionFor(c.Request.Context(), caller(c), id); err != nil {
 		fail(c, s.log, err)
 		return
 	}

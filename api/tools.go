@@ -13,8 +13,9 @@ import (
 
 // ToolResponse is the body of a REST tool call.
 type ToolResponse struct {
-	Result  any  `json:"result"`
-	IsError bool `json:"isError"`
+	Result  any    `json:"result"`
+	IsError bool   `json:"isError"`
+	Note    string `json:"note,omitempty"` // e.g. how many locations in denied paths were left out
 }
 
 func (s *Server) callTool(c *gin.Context) {
@@ -36,5 +37,5 @@ func (s *Server) callTool(c *gin.Context) {
 		fail(c, s.log, err)
 		return
 	}
-	c.JSON(http.StatusOK, ToolResponse{Result: res.Value, IsError: res.IsError})
+	c.JSON(http.StatusOK, ToolResponse{Result: res.Value, IsError: res.IsError, Note: res.Note})
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -28,6 +29,8 @@ type tenantEntry struct {
 	Keys     []keyEntry `json:"keys"`
 	JWKSURL  string     `json:"jwksURL"`
 	Policy   string     `json:"policy"`
+	// DefaultScopes: nil (absent) means all scopes; [] means none.
+	DefaultScopes *[]string `json:"defaultScopes"`
 }
 
 type keyEntry struct {
@@ -115,6 +118,18 @@ func (l *loader) tenant(name string, e tenantEntry) *Tenant {
 	if e.Policy != "" {
 		if p, ok := l.file(name, "policy", e.Policy); ok {
 			t.PolicyFile = p
+		}
+	}
+	t.DefaultScopes = AllScopes()
+	if e.DefaultScopes != nil {
+		t.DefaultScopes = []string{}
+		for _, sc := range *e.DefaultScopes {
+			switch {
+			case !KnownScope(sc):
+				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(AllScopes(), ", "))
+			case !slices.Contains(t.DefaultScopes, sc):
+				t.DefaultScopes = append(t.DefaultScopes, sc)
+			}
 		}
 	}
 	if e.JWKSURL != "" {

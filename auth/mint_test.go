@@ -50,8 +50,12 @@ func TestMint(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
+			want := tt.scopes
+			if want == nil { // no scope claim: the tenant's default
+				want = tt.tenant.DefaultScopes
+			}
 			if p.Tenant != tt.tenant.ID || p.Subject != tt.sub || p.Session != tt.session ||
-				!slices.Equal(p.Scopes, tt.scopes) || !p.ExpiresAt.Equal(testNow.Add(tt.ttl)) {
+				!slices.Equal(p.Scopes, want) || !p.ExpiresAt.Equal(testNow.Add(tt.ttl)) {
 				t.Fatalf("principal = %+v", p)
 			}
 			_, err = NewVerifier(all, VerifierOptions{Now: at(tt.ttl + time.Minute)}).Verify(context.Background(), raw)

@@ -11,10 +11,13 @@ import (
 // Principal is who a verified token names: a subject (an agent, a user, a
 // CI job) of a tenant.
 type Principal struct {
-	Tenant    string    // tenant id
-	Subject   string    // sub claim; never empty
-	Session   string    // session claim; "" when the token is not bound to a session
-	Scopes    []string  // scope claim split on spaces; nil when none
+	Tenant  string // tenant id
+	Subject string // sub claim; never empty
+	Session string // session claim; "" when the token is not bound to a session
+	// Scopes is the scope claim split on spaces; a token without one (or with an empty
+	// one) gets its tenant's DefaultScopes. Names cws does not know are kept and never
+	// match: the token may carry scopes for other services.
+	Scopes    []string
 	ExpiresAt time.Time // exp claim
 }
 

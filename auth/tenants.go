@@ -25,6 +25,9 @@ type Tenant struct {
 	PolicyFile string // absolute path of the tenant's .cws-policy.json; "" when none is set
 	Keys       []Key  // static keys from the tenants file
 	JWKSURL    string // where more keys are fetched; "" when none
+	// DefaultScopes are granted to a token without a scope claim: [AllScopes] unless
+	// the tenants file sets defaultScopes. Empty means such tokens may do nothing.
+	DefaultScopes []string
 }
 
 // Tenants is the loaded tenants file. It is immutable and safe for concurrent use.
@@ -118,10 +121,11 @@ func DevTenants(secret []byte) (*Tenants, error) {
 		return nil, fmt.Errorf("dev tenant: %w", err)
 	}
 	return newTenants([]*Tenant{{
-		ID:       DevTenantID,
-		Issuer:   DevIssuer,
-		Audience: DefaultAudience,
-		Keys:     []Key{key},
+		ID:            DevTenantID,
+		Issuer:        DevIssuer,
+		Audience:      DefaultAudience,
+		Keys:          []Key{key},
+		DefaultScopes: AllScopes(),
 	}}), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -265,11 +266,15 @@ func (v *Verifier) verifyWith(raw string, t *Tenant, k Key) (*Principal, error) 
 	if c.Subject == "" {
 		return nil, reject(ReasonMissingClaim, "token has no sub claim", nil)
 	}
+	scopes := strings.Fields(c.Scope)
+	if len(scopes) == 0 { // no scope claim: the tenant's default
+		scopes = slices.Clone(t.DefaultScopes)
+	}
 	return &Principal{
 		Tenant:    k.Tenant,
 		Subject:   c.Subject,
 		Session:   c.Session,
-		Scopes:    strings.Fields(c.Scope),
+		Scopes:    scopes,
 		ExpiresAt: c.ExpiresAt.Time,
 	}, nil
 }

@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/internal/testenv"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/policy"
 	"github.com/cwsdev/cws/workspace/redisstore"
+	"github.com/cwsdev/cws/workspace/toolset"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 // TestFaultOOMAndDiskFull runs the real Service on the real engine and Redis, with a
@@ -39,10 +42,10 @@ func TestFaultOOMAndDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: drv, Tenants: policy.ByTenant{tenant: tp},
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: drv, Tenants: policy.ByTenant{tenant: tp},
 		DefaultImage: version.WorkspaceImage, TestWorkspaceTmpfsBytes: 8 << 20})
 	t.Cleanup(func() { svc.Close(); store.Close() })
-	caller := workspace.Caller{Tenant: tenant, Subject: "hal"}
+	caller := workspace.Caller{Tenant: tenant, Subject: "hal", Scopes: auth.AllScopes()}
 	sess, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +61,7 @@ func TestFaultOOMAndDiskFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, ok := res.Value.(*workspace.RunCommandResult)
+		r, ok := res.Value.(*core.RunCommandResult)
 		if !ok || !res.IsError || r.Reason != "oom" || !strings.Contains(r.Hint, "memory") || !strings.Contains(r.Hint, "128 MiB") {
 			b, _ := json.Marshal(res.Value)
 			t.Fatalf("a command over the memory limit = %s (isError %v), want reason oom with a hint naming the 128 MiB limit", b, res.IsError)

@@ -13,6 +13,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -48,7 +49,7 @@ func newInproc(t testing.TB, fx *fixture) *inproc {
 	t.Cleanup(func() { store.Close() })
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test", Commit: "test"})
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: local, Tenants: pols, Observer: m, DefaultImage: "local"})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: local, Tenants: pols, Observer: m, DefaultImage: "local"})
 	t.Cleanup(svc.Close)
 	var tools []string
 	for _, tl := range svc.Catalog().Tools() {

@@ -37,6 +37,7 @@ type Metrics struct {
 	authFailures  *prometheus.CounterVec
 	reaped        *prometheus.CounterVec
 	rel           reliability // reliability.go
+	unenforced    prometheus.Counter
 }
 
 // Reap reasons for Reaped.
@@ -92,6 +93,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Namespace: namespace, Subsystem: "sandbox", Name: "reaped_total",
 			Help: "Sandboxes removed by the reaper, by reason (expired, orphan).",
 		}, []string{"reason"}),
+		unenforced: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "exec", Name: "unenforced_total",
+			Help: "Commands started with an allowedCommands policy the sandbox could not enforce with Landlock (they ran unenforced).",
+		}),
 	}
 	f.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",

@@ -68,3 +68,12 @@ func (m *Metrics) Reaped(reason string) {
 	}
 	m.reaped.WithLabelValues(reason).Inc()
 }
+
+// ExecUnenforced records a command started under an allowedCommands policy in a sandbox
+// without Landlock: it ran, but the kernel did not hold it to the allowlist.
+func (m *Metrics) ExecUnenforced() {
+	if m == nil {
+		return
+	}
+	m.unenforced.Inc()
+}

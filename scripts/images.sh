@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # images.sh — build the cws container images: cws-workspace:<version> (the default
-# Debian workspace) and cws-testbox:<version> (a FROM-scratch busybox image that proves
-# the injected agent runs in any image).
+# Debian workspace, with language servers) and cws-testbox:<version> (a FROM-scratch
+# busybox image that proves the injected agent runs in any image).
 #
 # The Debian base is pulled when a registry answers; otherwise (air-gapped hosts) it is
 # built with debootstrap from a Debian mirror and `docker import`ed as cws-debian:bookworm.
-# Everything is cached: the base step is skipped when cws-debian:bookworm exists, and the
-# image builds use docker's layer cache, so a rerun takes a few seconds.
+# The language servers come from what an air-gapped host can still reach: a Go toolchain
+# (module golang.org/toolchain) and gopls (built here, static) from the Go module proxy,
+# pyright / typescript-language-server / typescript from the npm registry (`npm ci` on
+# the host against the committed deploy/images/workspace/lsp/package-lock.json), nodejs
+# (and optionally clangd) from the Debian mirror. No image registry is needed.
 #
-# Assumes scripts/deps.sh ran (docker.io, debootstrap, a running dockerd).
+# Everything is cached: the base step is skipped when cws-debian:bookworm exists; the Go
+# toolchain, gopls and node_modules are kept under $CWS_IMAGES_CACHE keyed by version
+# (lockfile hash for npm); and the image builds use docker's layer cache with the big,
+# stable layers first, so a rerun takes a few seconds.
+#
+# Assumes scripts/deps.sh ran (docker.io, debootstrap, a running dockerd) and that `go`
+# is on PATH (it fetches the toolchain). npm is installed from Debian when missing.
 #
 # Environment:
 #   VERSION            image tag (default: const Version in version/version.go)
 #   CWS_REBUILD_BASE   non-empty: rebuild cws-debian:bookworm even when it exists
 #   CWS_DEBIAN_MIRROR  Debian mirror for debootstrap (default http://deb.debian.org/debian)
 #   CWS_PULL_TIMEOUT   seconds to wait for `docker pull` of the base (default 15)
+#   CWS_GO_VERSION     Go toolchain put into the workspace image (default below)
+#   CWS_GOPLS_VERSION  gopls version, built with that toolchain (default below)
+#   CWS_WITH_CLANGD    1: also install clangd + C/C++ headers (Debian, about +335 MB)
+#   CWS_IMAGES_CACHE   download/build cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/cws-images)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -42,6 +55,12 @@ SUITE=bookworm
 MIRROR=${CWS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=git,ripgrep,python3,ca-certificates,procps
 WORKSPACE_IMAGE=cws-workspace:$VERSION
+# gopls v0.24 needs Go >= 1.27 to build; it is built with the same toolchain it ships with.
+GO_VERSION=${CWS_GO_VERSION:-go1.27.4}
+GOPLS_VERSION=${CWS_GOPLS_VERSION:-v0.24.0}
+WITH_CLANGD=${CWS_WITH_CLANGD:-0}
+LSP_DIR=deploy/images/workspace/lsp
+CACHE=${CWS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cws-images}
 TESTBOX_IMAGE=cws-testbox:$VERSION
 
 # The engine is Debian docker.io 20.10 without buildx; the legacy builder does all we
@@ -158,6 +177,131 @@ else
 	pull_base || debootstrap_base
 fi
 
+# ---------------------------------------------------------------- language servers
+
+# with_ticker LABEL LOG CMD... runs CMD with its output in LOG and prints
+# "LABEL [Ns] <last line of LOG>" every 10 s while it runs; returns CMD's status.
+with_ticker() {
+	local label=$1 log=$2 t0=$SECONDS rc=0
+	shift 2
+	: >"$log"
+	(
+		n=0
+		while sleep 1 && kill -0 $$ 2>/dev/null; do
+			[ $((n += 1)) -ge 10 ] || continue
+			n=0
+			say "$label [$((SECONDS - t0))s] $(tail -n 1 "$log" 2>/dev/null | tr -d '\r' | cut -c1-90)"
+		done
+	) &
+	ticker=$!
+	"$@" >"$log" 2>&1 || rc=$?
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	ticker=""
+	return "$rc"
+}
+
+# prune KEEP PATTERN removes cache entries matching PATTERN other than KEEP, so that a
+# version bump does not leave the old toolchain (250 MB) behind.
+prune() {
+	local keep=$1 old
+	shift
+	for old in "$CACHE"/$1; do
+		[ -e "$old" ] && [ "$old" != "$keep" ] || continue
+		chmod -R u+w "$old" 2>/dev/null || true
+		rm -rf "$old" && say "cache: removed old ${old##*/}"
+	done
+}
+
+ARCH=$(docker version -f '{{.Server.Arch}}' 2>/dev/null || true)
+command -v go >/dev/null 2>&1 || die "go is missing; it is needed to fetch the Go toolchain and build gopls"
+[ "$ARCH" = "$(go env GOHOSTARCH)" ] ||
+	die "the docker engine is $ARCH but this host is $(go env GOHOSTARCH); gopls is built on the host for the engine"
+mkdir -p "$CACHE"
+
+# The Go toolchain, from the module proxy (checked against the checksum database),
+# trimmed of the standard library's testdata, with the executable bits module zips lose.
+GO_DIR=$CACHE/$GO_VERSION.linux-$ARCH
+if [ -x "$GO_DIR/go/bin/go" ]; then
+	say "go: $GO_VERSION cached ($GO_DIR)"
+else
+	mod=golang.org/toolchain@v0.0.1-$GO_VERSION.linux-$ARCH
+	say "go: downloading $mod from $(go env GOPROXY) (~75 MB)"
+	t0=$SECONDS
+	if ! (cd "$tmp" && with_ticker "go: download" "$tmp/go-download.log" \
+		env GOTOOLCHAIN=local GOFLAGS= GO111MODULE=on go mod download -json "$mod"); then
+		cat "$tmp/go-download.log" >&2
+		die "go mod download $mod failed (is $GO_VERSION on $(go env GOPROXY)? set CWS_GO_VERSION)"
+	fi
+	src=$(sed -n 's/^\t"Dir": "\(.*\)",\{0,1\}$/\1/p' "$tmp/go-download.log")
+	[ -x "$src/bin/go" ] || [ -f "$src/bin/go" ] || die "go mod download $mod: no bin/go in ${src:-(no Dir)}"
+	rm -rf "$GO_DIR.part"
+	mkdir -p "$GO_DIR.part"
+	cp -r "$src" "$GO_DIR.part/go"
+	chmod -R u+w,go-w "$GO_DIR.part/go"
+	chmod a+x "$GO_DIR.part/go/bin/"* "$GO_DIR.part/go/pkg/tool/"*/*
+	find "$GO_DIR.part/go/src" -type d -name testdata -prune -exec rm -rf {} +
+	"$GO_DIR.part/go/bin/go" version >/dev/null || die "the downloaded $GO_VERSION does not run"
+	mv "$GO_DIR.part" "$GO_DIR"
+	say "go: $GO_VERSION ready in $((SECONDS - t0))s ($(du -sh "$GO_DIR" | cut -f1))"
+	prune "$GO_DIR" "go1.*.linux-$ARCH"
+fi
+
+# gopls, built static with that toolchain (GOMODCACHE/GOCACHE are the host's, so a
+# rebuild after a cache wipe is quick).
+GOPLS_BIN=$CACHE/gopls-$GOPLS_VERSION-$GO_VERSION-linux-$ARCH
+if [ -x "$GOPLS_BIN" ]; then
+	say "gopls: $GOPLS_VERSION cached ($GOPLS_BIN)"
+else
+	say "gopls: building golang.org/x/tools/gopls@$GOPLS_VERSION with $GO_VERSION (CGO_ENABLED=0, 2-5 min cold)"
+	t0=$SECONDS
+	rm -rf "$tmp/gobin"
+	if ! (cd "$tmp" && with_ticker "gopls: build" "$tmp/gopls.log" \
+		env GOTOOLCHAIN=local GOFLAGS= GO111MODULE=on CGO_ENABLED=0 GOBIN="$tmp/gobin" \
+		"$GO_DIR/go/bin/go" install -x -trimpath -ldflags='-s -w' "golang.org/x/tools/gopls@$GOPLS_VERSION"); then
+		grep -v '^\(mkdir\|cd\|cat\|EOF\|#\|WORK=\|packagefile\|importmap\|modinfo\|[[:space:]]\)' "$tmp/gopls.log" | tail -n 40 >&2
+		die "building gopls $GOPLS_VERSION failed"
+	fi
+	# ldd exits non-zero on a static binary.
+	! ldd "$tmp/gobin/gopls" >/dev/null 2>&1 || die "gopls is dynamically linked"
+	mv "$tmp/gobin/gopls" "$GOPLS_BIN"
+	say "gopls: built in $((SECONDS - t0))s ($(du -h "$GOPLS_BIN" | cut -f1))"
+	prune "$GOPLS_BIN" "gopls-*-linux-$ARCH"
+fi
+
+# The npm language servers, installed exactly as locked. They are plain JavaScript (no
+# install scripts, no native parts), so the host's npm/node version does not matter.
+npm_key=$(cat "$LSP_DIR/package.json" "$LSP_DIR/package-lock.json" | sha256sum | cut -c1-16)
+NPM_DIR=$CACHE/npm-$npm_key
+npm_versions=$(sed -n '/"dependencies"/,/}/s/^ *"\([a-z-]*\)": "\([0-9][0-9.]*\)",\{0,1\}$/\1 \2/p' "$LSP_DIR/package.json" |
+	paste -sd, | sed 's/,/, /g')
+if [ -d "$NPM_DIR/node_modules" ]; then
+	say "npm: $npm_versions cached ($NPM_DIR)"
+else
+	if ! command -v npm >/dev/null 2>&1; then
+		say "npm: installing npm (apt-get)"
+		if ! { as_root apt-get update -qq &&
+			as_root env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 \
+				apt-get install -y -qq --no-install-recommends npm; } >"$tmp/apt-npm.log" 2>&1; then
+			cat "$tmp/apt-npm.log" >&2
+			die "apt-get install npm failed"
+		fi
+	fi
+	say "npm: npm ci $npm_versions from $(npm config get registry 2>/dev/null)"
+	t0=$SECONDS
+	rm -rf "$NPM_DIR.part"
+	mkdir -p "$NPM_DIR.part"
+	cp "$LSP_DIR/package.json" "$LSP_DIR/package-lock.json" "$NPM_DIR.part/"
+	if ! (cd "$NPM_DIR.part" && with_ticker "npm: ci" "$tmp/npm.log" \
+		npm ci --omit=dev --ignore-scripts --no-audit --no-fund --no-update-notifier --loglevel=http); then
+		cat "$tmp/npm.log" >&2
+		die "npm ci in $LSP_DIR failed"
+	fi
+	mv "$NPM_DIR.part" "$NPM_DIR"
+	say "npm: installed in $((SECONDS - t0))s ($(du -sh "$NPM_DIR/node_modules" | cut -f1))"
+	prune "$NPM_DIR" "npm-*"
+fi
+
 # ---------------------------------------------------------------- image builds
 
 # build TAG CONTEXT [docker build args...] runs the legacy builder and prints one line per
@@ -168,7 +312,8 @@ build() {
 	old=$(image_id "$tag")
 	log=$tmp/build-${tag%%:*}.log
 	say "build: $tag"
-	if ! docker build --label "org.opencontainers.image.version=$VERSION" -t "$tag" "$@" "$ctx" >"$log" 2>&1; then
+	if ! with_ticker "build: ${tag%%:*}" "$log" \
+		docker build --label "org.opencontainers.image.version=$VERSION" -t "$tag" "$@" "$ctx"; then
 		cat "$log" >&2
 		die "docker build of $tag failed"
 	fi
@@ -183,7 +328,39 @@ build() {
 	[ "$old" = "$(image_id "$tag")" ] || drop_replaced "$old"
 }
 
-build "$WORKSPACE_IMAGE" deploy/images/workspace --build-arg "BASE=$BASE_IMAGE"
+lsp_label="gopls $GOPLS_VERSION, $GO_VERSION, $npm_versions"
+[ "$WITH_CLANGD" = 1 ] && lsp_label="$lsp_label, clangd (Debian)"
+say "workspace: language servers: $lsp_label"
+
+# Even fully cached, `docker build` spends ~25 s sending and hashing the 350 MB context.
+# The image carries a hash of all its inputs (the files here, the base image, the cache
+# keys above) in the label dev.cws.inputs; when it matches, the build is skipped.
+inputs=$({
+	find deploy/images/workspace -type f | LC_ALL=C sort | xargs sha256sum
+	echo "$(image_id "$BASE_IMAGE") $VERSION $GO_VERSION $GOPLS_VERSION npm-$npm_key clangd-$WITH_CLANGD $ARCH"
+} | sha256sum | cut -c1-16)
+have=$(docker image inspect -f '{{index .Config.Labels "dev.cws.inputs"}}' "$WORKSPACE_IMAGE" 2>/dev/null || true)
+
+# build_workspace assembles the context in $tmp: the repo's files plus the cached
+# toolchain, gopls and node_modules, hard-linked (copied across file systems). COPY
+# caches by content, so an unchanged cache means cached layers.
+link_into() { cp -al "$1" "$2" 2>/dev/null || { rm -rf "$2" && cp -a "$1" "$2"; }; }
+build_workspace() {
+	local ctx=$tmp/workspace
+	mkdir -p "$ctx"
+	cp -a deploy/images/workspace/. "$ctx/"
+	link_into "$GO_DIR/go" "$ctx/go"
+	link_into "$GOPLS_BIN" "$ctx/gopls"
+	link_into "$NPM_DIR/node_modules" "$ctx/node_modules"
+	build "$WORKSPACE_IMAGE" "$ctx" --build-arg "BASE=$BASE_IMAGE" --build-arg "WITH_CLANGD=$WITH_CLANGD" \
+		--build-arg "LSP_VERSIONS=$lsp_label" --label "dev.cws.inputs=$inputs"
+}
+
+if [ "$have" = "$inputs" ] && [ -z "${CWS_REBUILD_BASE:-}" ]; then
+	say "build: $WORKSPACE_IMAGE is up to date (inputs $inputs), skipping"
+else
+	build_workspace
+fi
 [ "${old_base:-}" = "$(image_id "$BASE_IMAGE")" ] || drop_replaced "${old_base:-}"
 
 # The testbox context is assembled in $tmp: the repo's files plus a static busybox from

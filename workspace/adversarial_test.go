@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 // traversals are spellings of paths that leave the workspace.
@@ -102,14 +104,14 @@ func TestSymlinkEscapes(t *testing.T) {
 
 	t.Run("search does not follow links out", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "secret"}))
+		r := value[*core.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "secret"}))
 		if r.Count != 0 {
 			t.Errorf("search found %s", asJSON(r.Results))
 		}
 	})
 	t.Run("listing shows links as links", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true}}))
+		r := value[*core.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true}}))
 		for _, en := range r.Entries {
 			if strings.HasPrefix(en.Path, "out/") || strings.HasPrefix(en.Path, "up/") {
 				t.Errorf("listing followed a link out: %s", en.Path)
@@ -163,7 +165,7 @@ func TestSymlinkToDeniedPath(t *testing.T) {
 	}
 	t.Run("search does not return it", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "hunter2"}))
+		r := value[*core.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "hunter2"}))
 		if r.Count != 0 {
 			t.Errorf("search found %s", asJSON(r.Results))
 		}
@@ -233,7 +235,7 @@ func TestPolicyFileProtected(t *testing.T) {
 	}
 	e.refused(workspace.ErrPolicy, "readFile", map[string]any{"path": "secret.txt"})
 	// Reading it is fine.
-	if r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": ".cws-policy.json"})); r.Content != ws {
+	if r := value[*core.ReadFileResult](t, e.ok("readFile", map[string]any{"path": ".cws-policy.json"})); r.Content != ws {
 		t.Errorf("policy content = %q", r.Content)
 	}
 
@@ -347,7 +349,7 @@ func TestCommandAllowlistBypasses(t *testing.T) {
 			})
 			if allowed == "echo" {
 				// The bare name resolves on the safe PATH, never to the workspace's ./echo.
-				r := value[*workspace.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "echo", "args": []string{"hi"}}))
+				r := value[*core.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "echo", "args": []string{"hi"}}))
 				if r.Stdout != "hi\n" {
 					t.Errorf("stdout = %q", r.Stdout)
 				}
@@ -383,7 +385,7 @@ func TestDangerousEnv(t *testing.T) {
 	}
 	t.Run("an allowed name passes through", func(t *testing.T) {
 		e := newTestEnv(t, `{"envAllowlist": ["*"]}`)
-		r := value[*workspace.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "sh", "args": []string{"-c", "printf %s \"$MY_VAR\""}, "options": map[string]any{"env": map[string]string{"MY_VAR": "v"}}}))
+		r := value[*core.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "sh", "args": []string{"-c", "printf %s \"$MY_VAR\""}, "options": map[string]any{"env": map[string]string{"MY_VAR": "v"}}}))
 		if r.Stdout != "v" {
 			t.Errorf("stdout = %q", r.Stdout)
 		}
@@ -426,7 +428,7 @@ func TestSizeLimits(t *testing.T) {
 		e.put("over.txt", over)
 		e.put("exact-read.txt", exact)
 		e.refused(workspace.ErrTooLarge, "readFile", map[string]any{"path": "over.txt"})
-		if r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "exact-read.txt"})); r.Size != maxFile {
+		if r := value[*core.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "exact-read.txt"})); r.Size != maxFile {
 			t.Errorf("size = %d", r.Size)
 		}
 	})
@@ -505,7 +507,7 @@ func TestSearchBounds(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", q.query, err)
 			}
-			r := value[*workspace.SearchFilesResult](t, res.Value)
+			r := value[*core.SearchFilesResult](t, res.Value)
 			if r.Count != 1 || r.Results[0].Line != 1 {
 				t.Fatalf("%s: results = %d", q.query, r.Count)
 			}
@@ -519,7 +521,7 @@ func TestSearchBounds(t *testing.T) {
 func TestOtherTenantsSession(t *testing.T) {
 	e := newTestEnv(t, "")
 	e.put("f.txt", "tenant data")
-	other := workspace.Caller{Tenant: otherTenant, Subject: "mallory"}
+	other := workspace.Caller{Tenant: otherTenant, Subject: "mallory", Scopes: auth.AllScopes()}
 	unknown := "s-aaaaaaaaaaaaaaaaaaaa"
 	ctx := context.Background()
 	attaches := e.local.Attaches
@@ -557,7 +559,7 @@ func TestOtherTenantsSession(t *testing.T) {
 		t.Error("another tenant deleted the sandbox")
 	}
 	// The owner still has it.
-	if r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "f.txt"})); r.Content != "tenant data" {
+	if r := value[*core.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "f.txt"})); r.Content != "tenant data" {
 		t.Error("the owner lost the session")
 	}
 }

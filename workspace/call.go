@@ -12,6 +12,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/tool"
 )
 
 func versionString() string { return version.Version }
@@ -21,19 +22,17 @@ func versionString() string { return version.Version }
 type Result struct {
 	Value   any
 	IsError bool
+	// Note is a remark beside the value, e.g. how many locations in denied paths were
+	// left out (a value implementing interface{ Note() string } sets it).
+	Note string
 }
 
-// Failure is the Value of an IsError result that has no typed result of its own.
-type Failure struct {
-	Error FailureDetail `json:"error"`
-}
-
-// FailureDetail says what failed and where.
-type FailureDetail struct {
-	Code    string `json:"code"` // not_found, exists, is_dir, not_dir, not_empty, failed
-	Message string `json:"message"`
-	Path    string `json:"path,omitempty"`
-}
+// Failure is the Value of an IsError result that has no typed result of its own, and
+// FailureDetail says what failed and where (see package tool).
+type (
+	Failure       = tool.Failure
+	FailureDetail = tool.FailureDetail
+)
 
 // OutputFunc receives a running tool's output as it is produced (stream is "stdout" or
 // "stderr"). It must not block for long.
@@ -44,7 +43,8 @@ type CallOptions struct {
 	OnOutput OutputFunc
 }
 
-// call is what a tool's body gets: the session's agent, the effective policy and the caller.
+// call is one tool call's tool.Env: the session's agent, the effective policy and the
+// caller.
 type call struct {
 	svc    *Service
 	sess   *Session
@@ -57,12 +57,13 @@ type call struct {
 }
 
 // Call runs one tool for caller in session id. Unknown tools and another tenant's
-// session are errors; the policy is checked before anything reaches the sandbox.
+// session are errors; the token's scope is checked first (before the session is
+// looked up), then the policy, before anything reaches the sandbox.
 func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args json.RawMessage, opts CallOptions) (*Result, error) {
 	start := s.cfg.Now()
-	t, ok := s.catalog.Lookup(tool)
-	if !ok {
-		return nil, &policy.Violation{Err: ErrInvalid, Rule: "tool", Detail: fmt.Sprintf("unknown tool %q", tool)}
+	t, err := s.tool(start, caller, id, tool)
+	if err != nil {
+		return nil, err
 	}
 	sess, err := s.session(ctx, caller, id)
 	if err != nil {
@@ -74,15 +75,49 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	} else {
 		s.noteLost(ctx, sess, err)
 	}
+	s.done(start, caller, sess.ID, t, res, err)
+	return res, err
+}
+
+// CallDefault is Call on the caller's default session (one per tenant and subject),
+// which it creates on first use: /mcp without a session claim. Creating it this way
+// needs only the tool's scope, not sessions, so an agent's token with tools scopes
+// alone works; a call the token may not make creates nothing.
+func (s *Service) CallDefault(ctx context.Context, caller Caller, tool string, args json.RawMessage, opts CallOptions) (*Result, error) {
+	if _, err := s.tool(s.cfg.Now(), caller, "", tool); err != nil {
+		return nil, err
+	}
+	sess, err := s.defaultSession(ctx, caller)
+	if err != nil {
+		return nil, err
+	}
+	return s.Call(ctx, caller, sess.ID, tool, args, opts)
+}
+
+// tool looks a tool up and checks that caller's token may call it; a refusal is
+// measured and audited as a denied call of session id.
+func (s *Service) tool(start time.Time, caller Caller, id, name string) (*Tool, error) {
+	t, ok := s.catalog.Lookup(name)
+	if !ok {
+		return nil, &policy.Violation{Err: ErrInvalid, Rule: "tool", Detail: fmt.Sprintf("unknown tool %q", name)}
+	}
+	if err := caller.need(t.Scope, t.Name); err != nil {
+		s.done(start, caller, id, t, nil, err)
+		return nil, err
+	}
+	return t, nil
+}
+
+// done measures and audits one call.
+func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, res *Result, err error) {
 	d := time.Since(start)
 	outcome, decision, rule := classify(res, err)
 	if rule != "" {
 		s.obs.PolicyDenial(rule)
 	}
 	s.obs.ToolCall(t.Name, outcome, d)
-	s.record(AuditRecord{Time: start.UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: sess.ID,
+	s.record(AuditRecord{Time: start.UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: session,
 		Tool: t.Name, Decision: decision, Outcome: outcome, Duration: d.Seconds(), Rule: rule})
-	return res, err
 }
 
 func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
@@ -100,7 +135,7 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 	}
 	g := eff.Guard()
 	c.pol, c.guard = eff, &g
-	if eff.NeedsConfirmation(t.Name) && !t.confirmsItself() {
+	if eff.NeedsConfirmation(t.Name) && !t.ConfirmsItself() {
 		confirmed, rest, err := takeConfirmed(args)
 		if err != nil {
 			return nil, err
@@ -110,15 +145,19 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 		}
 		args = rest
 	}
-	v, err := t.run(ctx, c, args)
+	v, err := t.Run(ctx, c, args)
 	if err != nil {
 		if f, ok := asFailure(err); ok {
 			return &Result{Value: f, IsError: true}, nil
 		}
 		return nil, mapAgentError(err)
 	}
-	f, ok := v.(interface{ failed() bool })
-	return &Result{Value: v, IsError: ok && f.failed()}, nil
+	f, ok := v.(tool.Failed)
+	res := &Result{Value: v, IsError: ok && f.Failed()}
+	if n, ok := v.(interface{ Note() string }); ok {
+		res.Note = n.Note()
+	}
+	return res, nil
 }
 
 // allow applies the tenant's rate limit.
@@ -137,28 +176,8 @@ func (s *Service) allow(ctx context.Context, tenant string, tp *policy.Policy) e
 	return nil
 }
 
-// failure is an execution outcome a tool reports as an error result (git refused,
-// a patch does not apply).
-type failure FailureDetail
-
-func (f *failure) Error() string { return f.Message }
-
 // asFailure turns execution outcomes into a tool result.
-func asFailure(err error) (Failure, bool) {
-	var f *failure
-	if errors.As(err, &f) {
-		return Failure{Error: FailureDetail(*f)}, true
-	}
-	var we *agent.WireError
-	if !errors.As(err, &we) {
-		return Failure{}, false
-	}
-	switch we.Code {
-	case agent.CodeNotFound, agent.CodeExists, agent.CodeIsDir, agent.CodeNotDir, agent.CodeNotEmpty:
-		return Failure{Error: FailureDetail{Code: we.Code, Message: we.Message, Path: we.Path}}, true
-	}
-	return Failure{}, false
-}
+var asFailure = tool.AsFailure
 
 // mapAgentError turns the agent's refusals into the domain's errors.
 func mapAgentError(err error) error {
@@ -180,9 +199,13 @@ func mapAgentError(err error) error {
 	case agent.CodeTooLarge:
 		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: cmp.Or(we.Rule, "maxFileSize"), Detail: we.Message}
 	case agent.CodeInvalid:
-		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message}
+		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message, Data: we.Data}
+	case agent.CodeCommand:
+		return &policy.Violation{Err: ErrCommand, Path: we.Path, Rule: "allowedCommands", Detail: we.Message}
 	case agent.CodeCanceled:
 		return context.Canceled
+	case agent.CodeNotEnforced:
+		return &policy.Violation{Err: ErrCommand, Rule: "requireLandlock", Detail: we.Message}
 	}
 	return fmt.Errorf("agent: %w", err)
 }
@@ -195,6 +218,8 @@ func classify(res *Result, err error) (outcome, decision, rule string) {
 		return "error", "allow", ""
 	case err == nil:
 		return "ok", "allow", ""
+	case AsScopeError(err) != nil:
+		return "denied", "deny", "scope"
 	case errors.As(err, &v) && !errors.Is(err, ErrInvalid):
 		r := v.Rule
 		if r == "" {
@@ -242,14 +267,7 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 
 // DenialRules are the policy rules a denial is counted under.
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
-	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy"}
-
-// confirmsItself reports whether the tool has the seed's options.confirmed and checks
-// confirmation in its body (runCommand, startProcess).
-func (t *Tool) confirmsItself() bool {
-	o := t.InputSchema.Properties["options"]
-	return o != nil && o.Properties["confirmed"] != nil
-}
+	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock", "scope"}
 
 // takeConfirmed reads and removes a top-level "confirmed": true, which any tool listed in
 // confirmationRequired accepts.
@@ -273,3 +291,24 @@ func takeConfirmed(raw json.RawMessage) (bool, json.RawMessage, error) {
 	rest, err := json.Marshal(m)
 	return confirmed, rest, err
 }
+
+// The tool.Env of a call.
+
+func (c *call) SessionID() string { return c.sess.ID }
+func (c *call) Caller() tool.Caller {
+	return tool.Caller{Tenant: c.caller.Tenant, Subject: c.caller.Subject, Scopes: c.caller.Scopes}
+}
+func (c *call) Tool() string              { return c.tool }
+func (c *call) Agent() *agent.Client      { return c.agent }
+func (c *call) Policy() *policy.Effective { return c.pol }
+func (c *call) Guard() *guard.Guard       { return c.guard }
+func (c *call) Output() func(stream string, data []byte) {
+	if c.out == nil {
+		return nil
+	}
+	return c.out
+}
+func (c *call) PolicyChanged()  { c.svc.policyChanged(c.sess.ID) }
+func (c *call) ExecUnenforced() { c.svc.obs.ExecUnenforced() }
+
+var _ tool.Env = (*call)(nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset"
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
@@ -31,7 +32,7 @@ type goldenTool struct {
 func catalogJSON(t *testing.T) []byte {
 	t.Helper()
 	var tools []goldenTool
-	for _, tl := range workspace.DefaultCatalog().Tools() {
+	for _, tl := range workspace.NewCatalog(toolset.All()...).Tools() {
 		tools = append(tools, goldenTool{tl.Name, tl.Title, tl.Description, tl.Toolset, tl.Streams, tl.Annotations, tl.InputSchema, tl.OutputSchema})
 	}
 	b, err := json.MarshalIndent(tools, "", "  ")
@@ -91,7 +92,7 @@ func sorted(s ...string) []string {
 // TestSeedTools holds the seed's five tools (seeds/coding-environment-tools.md) to its
 // parameter names, required fields, defaults and response fields exactly.
 func TestSeedTools(t *testing.T) {
-	cat := workspace.DefaultCatalog()
+	cat := workspace.NewCatalog(toolset.All()...)
 	for _, tc := range []struct {
 		tool     string
 		params   []string

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 func TestRunCommand(t *testing.T) {
@@ -35,7 +36,7 @@ func TestRunCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := value[*workspace.RunCommandResult](t, res.Value)
+			r := value[*core.RunCommandResult](t, res.Value)
 			if r.ExitCode != tc.exit || r.Stdout != tc.stdout || r.Stderr != tc.stderr || res.IsError != tc.isError {
 				t.Errorf("got exit %d, stdout %q, stderr %q, isError %v; want %d, %q, %q, %v",
 					r.ExitCode, r.Stdout, r.Stderr, res.IsError, tc.exit, tc.stdout, tc.stderr, tc.isError)
@@ -60,7 +61,7 @@ func TestRunCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := value[*workspace.RunCommandResult](t, res.Value)
+		r := value[*core.RunCommandResult](t, res.Value)
 		if !r.TimedOut || !res.IsError || r.ExitCode != -1 {
 			t.Errorf("timedOut = %v, isError = %v, exit = %d", r.TimedOut, res.IsError, r.ExitCode)
 		}
@@ -71,7 +72,7 @@ func TestRunCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := value[*workspace.RunCommandResult](t, res.Value)
+		r := value[*core.RunCommandResult](t, res.Value)
 		if !res.IsError || r.ExitCode != -1 || !strings.Contains(r.Stderr, "not found") {
 			t.Errorf("isError = %v, exit = %d, stderr = %q", res.IsError, r.ExitCode, r.Stderr)
 		}
@@ -123,7 +124,7 @@ func TestRunCommandConfirmation(t *testing.T) {
 	e := newTestEnv(t, `{"confirmationRequired": ["runCommand", "startProcess"]}`)
 	e.refused(workspace.ErrConfirm, "runCommand", map[string]any{"command": "echo", "args": []string{"x"}})
 	e.refused(workspace.ErrConfirm, "runCommand", map[string]any{"command": "echo", "options": map[string]any{"confirmed": false}})
-	r := value[*workspace.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "echo", "args": []string{"x"}, "options": map[string]any{"confirmed": true}}))
+	r := value[*core.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "echo", "args": []string{"x"}, "options": map[string]any{"confirmed": true}}))
 	if r.Stdout != "x\n" {
 		t.Errorf("stdout = %q", r.Stdout)
 	}
@@ -136,7 +137,7 @@ func TestRunCommandConfirmation(t *testing.T) {
 func TestProcesses(t *testing.T) {
 	e := newTestEnv(t, "")
 	// A process that writes, then waits on its stdin-less loop until killed.
-	p := value[*workspace.ProcessInfo](t, e.ok("startProcess", map[string]any{"command": "sh",
+	p := value[*core.ProcessInfo](t, e.ok("startProcess", map[string]any{"command": "sh",
 		"args": []string{"-c", "echo started; echo warn >&2; while :; do sleep 1; done"}}))
 	if p.ID == "" || p.PID <= 0 || !p.Running || p.Command != "sh" || len(p.Args) != 2 || !isoSecond.MatchString(p.StartedAt) {
 		t.Fatalf("start = %s", asJSON(p))
@@ -158,7 +159,7 @@ func TestProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := value[*workspace.ProcessOutput](t, res.Value)
+		o := value[*core.ProcessOutput](t, res.Value)
 		stdout, stderr = stdout+o.Stdout, stderr+o.Stderr
 		outOff, errOff = o.StdoutOffset, o.StderrOffset
 		if !o.Process.Running {
@@ -175,39 +176,39 @@ func TestProcesses(t *testing.T) {
 	mu.Unlock()
 
 	// Reading from the offsets again returns nothing new.
-	o := value[*workspace.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "stdoutOffset": outOff, "stderrOffset": errOff}))
+	o := value[*core.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "stdoutOffset": outOff, "stderrOffset": errOff}))
 	if o.Stdout != "" || o.Stderr != "" {
 		t.Errorf("re-read = %q %q", o.Stdout, o.Stderr)
 	}
 	// From zero, everything again.
-	o = value[*workspace.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID}))
+	o = value[*core.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID}))
 	if o.Stdout != "started\n" {
 		t.Errorf("read from 0 = %q", o.Stdout)
 	}
 
-	l := value[*workspace.ListProcessesResult](t, e.ok("listProcesses", map[string]any{}))
+	l := value[*core.ListProcessesResult](t, e.ok("listProcesses", map[string]any{}))
 	if l.Count != 1 || l.Processes[0].ID != p.ID || !l.Processes[0].Running {
 		t.Errorf("list = %s", asJSON(l))
 	}
 
-	k := value[*workspace.ProcessInfo](t, e.ok("killProcess", map[string]any{"id": p.ID}))
+	k := value[*core.ProcessInfo](t, e.ok("killProcess", map[string]any{"id": p.ID}))
 	if k.ID != p.ID {
 		t.Errorf("kill = %s", asJSON(k))
 	}
 	// Killing returns once the process is gone, or the next read with a wait sees it end.
-	o = value[*workspace.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "stdoutOffset": outOff, "stderrOffset": errOff, "waitMs": 10000}))
+	o = value[*core.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "stdoutOffset": outOff, "stderrOffset": errOff, "waitMs": 10000}))
 	if o.Process.Running || o.Process.EndedAt == "" || o.Process.ExitCode == nil {
 		t.Errorf("after kill: %s", asJSON(o.Process))
 	}
-	l = value[*workspace.ListProcessesResult](t, e.ok("listProcesses", nil))
+	l = value[*core.ListProcessesResult](t, e.ok("listProcesses", nil))
 	if l.Count != 1 || l.Processes[0].Running {
 		t.Errorf("list after kill = %s", asJSON(l))
 	}
 
 	t.Run("a finished process's exit code", func(t *testing.T) {
 		e := e.sub(t)
-		p := value[*workspace.ProcessInfo](t, e.ok("startProcess", map[string]any{"command": "sh", "args": []string{"-c", "echo done; exit 7"}}))
-		o := value[*workspace.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "waitMs": 30000}))
+		p := value[*core.ProcessInfo](t, e.ok("startProcess", map[string]any{"command": "sh", "args": []string{"-c", "echo done; exit 7"}}))
+		o := value[*core.ProcessOutput](t, e.ok("readProcessOutput", map[string]any{"id": p.ID, "waitMs": 30000}))
 		if o.Process.Running || o.Process.ExitCode == nil || *o.Process.ExitCode != 7 || o.Stdout != "done\n" {
 			t.Errorf("finished = %s", asJSON(o))
 		}

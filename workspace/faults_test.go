@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/sandboxtest"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 // clock is a settable clock for TTL tests.
@@ -29,7 +31,7 @@ func (c *clock) Add(d time.Duration) {
 func faultService(t *testing.T, store workspace.Store, local *sandboxtest.Local, now func() time.Time) *workspace.Service {
 	t.Helper()
 	tp, _ := policy.Parse([]byte("{}"))
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: local, Tenants: tenants{testTenant: tp},
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: local, Tenants: tenants{testTenant: tp},
 		DefaultImage: "test-image", Now: now, DefaultIdleTTL: time.Hour})
 	t.Cleanup(svc.Close)
 	return svc
@@ -53,7 +55,7 @@ func TestRemovedSandboxIsLostAndNotRenewed(t *testing.T) {
 	ck := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	local := sandboxtest.New(t)
 	svc := faultService(t, memstore.New(), local, ck.Now)
-	caller := workspace.Caller{Tenant: testTenant, Subject: "alice"}
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
 	ctx := context.Background()
 	sess, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 	if err != nil {
@@ -81,12 +83,16 @@ func TestRemovedSandboxIsLostAndNotRenewed(t *testing.T) {
 func TestStoreLossAdopts(t *testing.T) {
 	local := sandboxtest.New(t)
 	ctx := context.Background()
-	caller := workspace.Caller{Tenant: testTenant, Subject: "alice"}
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
 	before := faultService(t, memstore.New(), local, nil)
-	dflt, err := before.DefaultSession(ctx, caller)
-	if err != nil {
+	if _, err := before.CallDefault(ctx, caller, "listFiles", args(t, map[string]any{"path": "."}), workspace.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	first, _ := before.ListSessions(ctx, caller)
+	if len(first) != 1 {
+		t.Fatalf("sessions after the first default call: %d", len(first))
+	}
+	dflt := first[0]
 	other, err := before.CreateSession(ctx, caller, workspace.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -100,9 +106,15 @@ func TestStoreLossAdopts(t *testing.T) {
 	}
 
 	after := faultService(t, memstore.New(), local, nil) // the store forgot everything
-	got, err := after.DefaultSession(ctx, caller)
-	if err != nil || got.ID != dflt.ID {
-		t.Fatalf("default session after store loss = %v, %v; want %s", got, err, dflt.ID)
+	creates := local.Creates
+	if _, err := after.CallDefault(ctx, caller, "listFiles", args(t, map[string]any{"path": "."}), workspace.CallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if local.Creates != creates {
+		t.Fatalf("the default call after store loss created a new sandbox")
+	}
+	if got, err := after.GetSession(ctx, caller, dflt.ID); err != nil || got.State != workspace.StateReady {
+		t.Fatalf("default session %s after store loss: %v %v", dflt.ID, got, err)
 	}
 	if _, err := after.GetSession(ctx, caller, other.ID); err != nil {
 		t.Errorf("session by id after store loss: %v", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 var isoSecond = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$`)
@@ -50,7 +51,7 @@ func TestReadFile(t *testing.T) {
 			if tc.root != "" {
 				a["workspaceRoot"] = tc.root
 			}
-			r := value[*workspace.ReadFileResult](t, e.ok("readFile", a))
+			r := value[*core.ReadFileResult](t, e.ok("readFile", a))
 			if r.Path != tc.path {
 				t.Errorf("path = %q, want %q", r.Path, tc.path)
 			}
@@ -125,7 +126,7 @@ func TestWriteFile(t *testing.T) {
 			if tc.opts != nil {
 				a["options"] = tc.opts
 			}
-			r := value[*workspace.WriteFileResult](t, e.ok("writeFile", a))
+			r := value[*core.WriteFileResult](t, e.ok("writeFile", a))
 			if r.Path != tc.path || r.Size != int64(len(tc.contents)) {
 				t.Errorf("result = %+v, want {%s %d}", r, tc.path, len(tc.contents))
 			}
@@ -182,7 +183,7 @@ func TestListFiles(t *testing.T) {
 	e.put("src/lib/util.py", "y = 2\n")
 	e.put("src/lib/data.json", "{}")
 
-	names := func(r *workspace.ListFilesResult) []string {
+	names := func(r *core.ListFilesResult) []string {
 		var out []string
 		for _, en := range r.Entries {
 			out = append(out, en.Path)
@@ -209,7 +210,7 @@ func TestListFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := e.sub(t)
-			r := value[*workspace.ListFilesResult](t, e.ok("listFiles", tc.args))
+			r := value[*core.ListFilesResult](t, e.ok("listFiles", tc.args))
 			if got := names(r); !slices.Equal(got, tc.want) {
 				t.Errorf("entries = %v, want %v", got, tc.want)
 			}
@@ -221,11 +222,11 @@ func TestListFiles(t *testing.T) {
 
 	t.Run("entry fields", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"path": "."}))
+		r := value[*core.ListFilesResult](t, e.ok("listFiles", map[string]any{"path": "."}))
 		if r.Path != "." {
 			t.Errorf("path = %q", r.Path)
 		}
-		byPath := map[string]workspace.FileEntry{}
+		byPath := map[string]core.FileEntry{}
 		for _, en := range r.Entries {
 			byPath[en.Path] = en
 			if !isoSecond.MatchString(en.MTime) {
@@ -241,7 +242,7 @@ func TestListFiles(t *testing.T) {
 	})
 	t.Run("maxEntries cuts and marks truncated", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true, "maxEntries": 2}}))
+		r := value[*core.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true, "maxEntries": 2}}))
 		if want := []string{"README.md", "file.py"}; r.Count == 2 && (r.Entries[0].Path != want[0] || r.Entries[1].Path != want[1]) {
 			t.Errorf("first entries = %v, want %v (sorted order)", r.Entries, want)
 		}
@@ -275,7 +276,7 @@ func TestListFilesHidesDenied(t *testing.T) {
 	e.put("app/.env", "TOKEN=y")
 	e.put("secrets/key", "k")
 	e.put("app/main.go", "package main")
-	r := value[*workspace.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true}}))
+	r := value[*core.ListFilesResult](t, e.ok("listFiles", map[string]any{"options": map[string]any{"recursive": true}}))
 	var got []string
 	for _, en := range r.Entries {
 		got = append(got, en.Path)
@@ -314,7 +315,7 @@ func TestEditFile(t *testing.T) {
 			if tc.err != nil {
 				e.refused(tc.err, "editFile", tc.args)
 			} else {
-				r := value[*workspace.EditFileResult](t, e.ok("editFile", tc.args))
+				r := value[*core.EditFileResult](t, e.ok("editFile", tc.args))
 				if r.Replacements != tc.replace || r.Path != "f.txt" || r.Size != int64(len(tc.want)) {
 					t.Errorf("result = %+v, want %d replacements, size %d", r, tc.replace, len(tc.want))
 				}
@@ -349,7 +350,7 @@ func TestFindFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := e.sub(t)
-			r := value[*workspace.FindFilesResult](t, e.ok("findFiles", tc.args))
+			r := value[*core.FindFilesResult](t, e.ok("findFiles", tc.args))
 			got := slices.Clone(r.Files)
 			slices.Sort(got)
 			if !slices.Equal(got, tc.want) || r.Count != len(tc.want) {
@@ -359,7 +360,7 @@ func TestFindFiles(t *testing.T) {
 	}
 	t.Run("maxResults counts files, not matching directories", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.FindFilesResult](t, e.ok("findFiles", map[string]any{"pattern": "*.go", "maxResults": 2}))
+		r := value[*core.FindFilesResult](t, e.ok("findFiles", map[string]any{"pattern": "*.go", "maxResults": 2}))
 		if r.Count != 2 || !r.Truncated {
 			t.Errorf("count = %d, truncated = %v", r.Count, r.Truncated)
 		}
@@ -376,7 +377,7 @@ func TestDeleteFile(t *testing.T) {
 	e.put("dir/a.txt", "a")
 	e.put("dir/sub/b.txt", "b")
 
-	r := value[*workspace.DeleteFileResult](t, e.ok("deleteFile", map[string]any{"path": "f.txt"}))
+	r := value[*core.DeleteFileResult](t, e.ok("deleteFile", map[string]any{"path": "f.txt"}))
 	if !r.Deleted || r.Path != "f.txt" || e.exists("f.txt") {
 		t.Errorf("delete file: %+v, exists = %v", r, e.exists("f.txt"))
 	}
@@ -416,7 +417,7 @@ func TestMoveFile(t *testing.T) {
 	e.put("a.txt", "A")
 	e.put("b.txt", "B")
 
-	r := value[*workspace.MoveFileResult](t, e.ok("moveFile", map[string]any{"source": "a.txt", "destination": "new/dir/a2.txt"}))
+	r := value[*core.MoveFileResult](t, e.ok("moveFile", map[string]any{"source": "a.txt", "destination": "new/dir/a2.txt"}))
 	if r.Source != "a.txt" || r.Destination != "new/dir/a2.txt" {
 		t.Errorf("result = %+v", r)
 	}
@@ -448,7 +449,7 @@ func TestNoWorkspacePolicyFile(t *testing.T) {
 	e := newTestEnv(t, `{"deniedPaths": [".env"]}`)
 	e.put("a.txt", "A")
 	e.put(".env", "SECRET")
-	if r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "a.txt"})); r.Content != "A" {
+	if r := value[*core.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "a.txt"})); r.Content != "A" {
 		t.Errorf("content = %q", r.Content)
 	}
 	e.refused(workspace.ErrPolicy, "readFile", map[string]any{"path": ".env"})
@@ -458,7 +459,7 @@ func TestWriteThenReadRoundTrip(t *testing.T) {
 	e := newTestEnv(t, "")
 	content := strings.Repeat("line ✓\n", 1000)
 	e.ok("writeFile", map[string]any{"path": "r/t.txt", "contents": content})
-	r := value[*workspace.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "r/t.txt"}))
+	r := value[*core.ReadFileResult](t, e.ok("readFile", map[string]any{"path": "r/t.txt"}))
 	if r.Content != content || r.Hash != sha([]byte(content)) || r.IsBinary {
 		t.Error("read back differs from what was written")
 	}

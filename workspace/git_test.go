@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 var hexHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -24,100 +25,100 @@ func gitEnv(t *testing.T) *env {
 func TestGitTools(t *testing.T) {
 	e := gitEnv(t)
 
-	st := value[*workspace.GitStatusResult](t, e.ok("gitStatus", map[string]any{}))
+	st := value[*core.GitStatusResult](t, e.ok("gitStatus", map[string]any{}))
 	if st.Branch != "main" || !st.Clean || len(st.Files) != 0 {
 		t.Errorf("empty repo status = %s", asJSON(st))
 	}
 
 	e.ok("writeFile", map[string]any{"path": "a.txt", "contents": "v1\n"})
 	e.ok("writeFile", map[string]any{"path": "dir/b.txt", "contents": "b\n"})
-	st = value[*workspace.GitStatusResult](t, e.ok("gitStatus", map[string]any{"workspaceRoot": "."}))
+	st = value[*core.GitStatusResult](t, e.ok("gitStatus", map[string]any{"workspaceRoot": "."}))
 	if st.Clean || asJSON(st.Files) != `[{"path":"a.txt","index":"?","worktree":"?"},{"path":"dir/b.txt","index":"?","worktree":"?"}]` {
 		t.Errorf("untracked status = %s", asJSON(st))
 	}
 
-	c1 := value[*workspace.GitCommitResult](t, e.ok("gitCommit", map[string]any{"message": "first commit", "all": true}))
+	c1 := value[*core.GitCommitResult](t, e.ok("gitCommit", map[string]any{"message": "first commit", "all": true}))
 	if !hexHash.MatchString(c1.Commit) || !strings.Contains(c1.Summary, "first commit") {
 		t.Errorf("commit = %s", asJSON(c1))
 	}
-	st = value[*workspace.GitStatusResult](t, e.ok("gitStatus", nil))
+	st = value[*core.GitStatusResult](t, e.ok("gitStatus", nil))
 	if !st.Clean || st.Branch != "main" {
 		t.Errorf("status after commit = %s", asJSON(st))
 	}
 
 	e.ok("writeFile", map[string]any{"path": "a.txt", "contents": "v2\n"})
-	st = value[*workspace.GitStatusResult](t, e.ok("gitStatus", nil))
+	st = value[*core.GitStatusResult](t, e.ok("gitStatus", nil))
 	if asJSON(st.Files) != `[{"path":"a.txt","index":" ","worktree":"M"}]` {
 		t.Errorf("modified status = %s", asJSON(st.Files))
 	}
-	d := value[*workspace.GitDiffResult](t, e.ok("gitDiff", nil))
+	d := value[*core.GitDiffResult](t, e.ok("gitDiff", nil))
 	if d.Empty || !containsAll(d.Diff, "--- a/a.txt", "+++ b/a.txt", "-v1", "+v2") {
 		t.Errorf("diff = %s", asJSON(d))
 	}
-	if d := value[*workspace.GitDiffResult](t, e.ok("gitDiff", map[string]any{"staged": true})); !d.Empty || d.Diff != "" {
+	if d := value[*core.GitDiffResult](t, e.ok("gitDiff", map[string]any{"staged": true})); !d.Empty || d.Diff != "" {
 		t.Errorf("staged diff before add = %s", asJSON(d))
 	}
-	if d := value[*workspace.GitDiffResult](t, e.ok("gitDiff", map[string]any{"paths": []string{"dir"}})); !d.Empty {
+	if d := value[*core.GitDiffResult](t, e.ok("gitDiff", map[string]any{"paths": []string{"dir"}})); !d.Empty {
 		t.Errorf("diff limited to dir = %s", asJSON(d))
 	}
-	if d := value[*workspace.GitDiffResult](t, e.ok("gitDiff", map[string]any{"contextLines": 0})); !strings.Contains(d.Diff, "@@ -1 +1 @@") {
+	if d := value[*core.GitDiffResult](t, e.ok("gitDiff", map[string]any{"contextLines": 0})); !strings.Contains(d.Diff, "@@ -1 +1 @@") {
 		t.Errorf("diff -U0 = %s", d.Diff)
 	}
 
-	c2 := value[*workspace.GitCommitResult](t, e.ok("gitCommit", map[string]any{"message": "second commit\n\nbody", "paths": []string{"a.txt"}}))
+	c2 := value[*core.GitCommitResult](t, e.ok("gitCommit", map[string]any{"message": "second commit\n\nbody", "paths": []string{"a.txt"}}))
 	if c2.Commit == c1.Commit || !hexHash.MatchString(c2.Commit) {
 		t.Errorf("second commit = %s", asJSON(c2))
 	}
 
-	l := value[*workspace.GitLogResult](t, e.ok("gitLog", nil))
+	l := value[*core.GitLogResult](t, e.ok("gitLog", nil))
 	if l.Count != 2 || l.Commits[0].Hash != c2.Commit || l.Commits[0].Subject != "second commit" || l.Commits[1].Subject != "first commit" {
 		t.Fatalf("log = %s", asJSON(l))
 	}
 	if l.Commits[0].Author != "alice" || l.Commits[0].Email != "alice@cws.invalid" || !strings.HasPrefix(l.Commits[0].Date, "20") {
 		t.Errorf("log identity = %s", asJSON(l.Commits[0]))
 	}
-	if l := value[*workspace.GitLogResult](t, e.ok("gitLog", map[string]any{"maxCount": 1})); l.Count != 1 {
+	if l := value[*core.GitLogResult](t, e.ok("gitLog", map[string]any{"maxCount": 1})); l.Count != 1 {
 		t.Errorf("log maxCount 1 = %d commits", l.Count)
 	}
-	if l := value[*workspace.GitLogResult](t, e.ok("gitLog", map[string]any{"path": "dir/b.txt"})); l.Count != 1 || l.Commits[0].Hash != c1.Commit {
+	if l := value[*core.GitLogResult](t, e.ok("gitLog", map[string]any{"path": "dir/b.txt"})); l.Count != 1 || l.Commits[0].Hash != c1.Commit {
 		t.Errorf("log of dir/b.txt = %s", asJSON(l))
 	}
-	if l := value[*workspace.GitLogResult](t, e.ok("gitLog", map[string]any{"ref": "HEAD~1"})); l.Count != 1 || l.Commits[0].Hash != c1.Commit {
+	if l := value[*core.GitLogResult](t, e.ok("gitLog", map[string]any{"ref": "HEAD~1"})); l.Count != 1 || l.Commits[0].Hash != c1.Commit {
 		t.Errorf("log HEAD~1 = %s", asJSON(l))
 	}
 
-	sh := value[*workspace.GitShowResult](t, e.ok("gitShow", nil))
+	sh := value[*core.GitShowResult](t, e.ok("gitShow", nil))
 	if sh.Ref != "HEAD" || !containsAll(sh.Output, c2.Commit, "second commit", "body", "-v1", "+v2") {
 		t.Errorf("show = %s", asJSON(sh))
 	}
-	if sh := value[*workspace.GitShowResult](t, e.ok("gitShow", map[string]any{"ref": c1.Commit[:10]})); !strings.Contains(sh.Output, "first commit") {
+	if sh := value[*core.GitShowResult](t, e.ok("gitShow", map[string]any{"ref": c1.Commit[:10]})); !strings.Contains(sh.Output, "first commit") {
 		t.Errorf("show first = %s", sh.Output)
 	}
-	if d := value[*workspace.GitDiffResult](t, e.ok("gitDiff", map[string]any{"ref": "HEAD~1"})); !containsAll(d.Diff, "-v1", "+v2") {
+	if d := value[*core.GitDiffResult](t, e.ok("gitDiff", map[string]any{"ref": "HEAD~1"})); !containsAll(d.Diff, "-v1", "+v2") {
 		t.Errorf("diff HEAD~1 = %s", d.Diff)
 	}
 
-	b := value[*workspace.GitBranchResult](t, e.ok("gitBranch", map[string]any{"create": "feature"}))
+	b := value[*core.GitBranchResult](t, e.ok("gitBranch", map[string]any{"create": "feature"}))
 	if b.Current != "main" || !slices.Equal(b.Branches, []string{"feature", "main"}) {
 		t.Errorf("branch create = %s", asJSON(b))
 	}
-	b = value[*workspace.GitBranchResult](t, e.ok("gitBranch", map[string]any{"create": "old", "startPoint": "HEAD~1"}))
+	b = value[*core.GitBranchResult](t, e.ok("gitBranch", map[string]any{"create": "old", "startPoint": "HEAD~1"}))
 	if !slices.Contains(b.Branches, "old") {
 		t.Errorf("branch with startPoint = %s", asJSON(b))
 	}
-	co := value[*workspace.GitCheckoutResult](t, e.ok("gitCheckout", map[string]any{"ref": "old"}))
+	co := value[*core.GitCheckoutResult](t, e.ok("gitCheckout", map[string]any{"ref": "old"}))
 	if co.Ref != "old" || e.get("a.txt") != "v1\n" {
 		t.Errorf("checkout old = %s, a.txt = %q", asJSON(co), e.get("a.txt"))
 	}
 	e.ok("gitCheckout", map[string]any{"ref": "topic", "create": true})
-	if st := value[*workspace.GitStatusResult](t, e.ok("gitStatus", nil)); st.Branch != "topic" {
+	if st := value[*core.GitStatusResult](t, e.ok("gitStatus", nil)); st.Branch != "topic" {
 		t.Errorf("after checkout -b: branch %q", st.Branch)
 	}
-	if b := value[*workspace.GitBranchResult](t, e.ok("gitBranch", nil)); b.Current != "topic" {
+	if b := value[*core.GitBranchResult](t, e.ok("gitBranch", nil)); b.Current != "topic" {
 		t.Errorf("current = %q", b.Current)
 	}
 	e.ok("gitCheckout", map[string]any{"ref": "main"})
-	b = value[*workspace.GitBranchResult](t, e.ok("gitBranch", map[string]any{"delete": "feature"}))
+	b = value[*core.GitBranchResult](t, e.ok("gitBranch", map[string]any{"delete": "feature"}))
 	if slices.Contains(b.Branches, "feature") || b.Current != "main" {
 		t.Errorf("branch delete = %s", asJSON(b))
 	}

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/sandboxtest"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 )
 
 // tenants is a fake workspace.Tenants: a fixed policy per tenant.
@@ -45,7 +47,7 @@ func newEnv(t *testing.T, tenantPolicyJSON string) (*workspace.Service, workspac
 	}
 	other, _ := policy.Parse([]byte("{}"))
 	local := sandboxtest.New(t)
-	svc := workspace.New(workspace.Config{
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff,
 		Store:        memstore.New(),
 		Sandboxes:    local,
 		Tenants:      tenants{testTenant: tp, otherTenant: other},
@@ -53,7 +55,7 @@ func newEnv(t *testing.T, tenantPolicyJSON string) (*workspace.Service, workspac
 		PolicyTTL:    time.Nanosecond,
 	})
 	t.Cleanup(svc.Close)
-	caller := workspace.Caller{Tenant: testTenant, Subject: "alice"}
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
 	sess, err := svc.CreateSession(context.Background(), caller, workspace.CreateRequest{})
 	if err != nil {
 		t.Fatalf("create session: %v", err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 const (
@@ -84,8 +85,8 @@ func patchEnv(t *testing.T, policyJSON string) *env {
 func TestApplyPatch(t *testing.T) {
 	t.Run("multi-file: modify, create, delete", func(t *testing.T) {
 		e := patchEnv(t, "")
-		r := value[*workspace.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": multiPatch}))
-		want := []workspace.PatchedFile{{Path: "a.txt", Action: "modified"}, {Path: "src/b.txt", Action: "modified"},
+		r := value[*core.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": multiPatch}))
+		want := []core.PatchedFile{{Path: "a.txt", Action: "modified"}, {Path: "src/b.txt", Action: "modified"},
 			{Path: "new/c.txt", Action: "created"}, {Path: "d.txt", Action: "deleted"}}
 		if r.Count != 4 || asJSON(r.Files) != asJSON(want) {
 			t.Errorf("files = %s, want %s", asJSON(r.Files), asJSON(want))
@@ -124,7 +125,7 @@ func TestApplyPatch(t *testing.T) {
 	t.Run("rename", func(t *testing.T) {
 		e := patchEnv(t, "")
 		p := "diff --git a/d.txt b/moved/d2.txt\nsimilarity index 100%\nrename from d.txt\nrename to moved/d2.txt\n"
-		r := value[*workspace.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
+		r := value[*core.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
 		if r.Count != 1 || r.Files[0].Action != "renamed" || r.Files[0].OldPath != "d.txt" || r.Files[0].Path != "moved/d2.txt" {
 			t.Errorf("files = %s", asJSON(r.Files))
 		}
@@ -138,7 +139,7 @@ func TestApplyPatch(t *testing.T) {
 		e.put("b/y.txt", "old\n")
 		p := "diff --git a/a/x.txt b/a/x.txt\n--- a/a/x.txt\n+++ b/a/x.txt\n@@ -1 +1 @@\n-old\n+new\n" +
 			"diff --git a/b/y.txt b/b/y.txt\n--- a/b/y.txt\n+++ b/b/y.txt\n@@ -1 +1 @@\n-old\n+new\n"
-		r := value[*workspace.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
+		r := value[*core.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
 		if r.Files[0].Path != "a/x.txt" || r.Files[1].Path != "b/y.txt" {
 			t.Errorf("files = %s", asJSON(r.Files))
 		}
@@ -149,7 +150,7 @@ func TestApplyPatch(t *testing.T) {
 	t.Run("diff -u with a/ and b/ prefixes", func(t *testing.T) {
 		e := patchEnv(t, "")
 		p := "--- a/a.txt\t2024-01-01 00:00:00\n+++ b/a.txt\t2024-01-01 00:00:01\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n"
-		r := value[*workspace.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
+		r := value[*core.ApplyPatchResult](t, e.ok("applyPatch", map[string]any{"patch": p}))
 		if r.Files[0].Path != "a.txt" || e.get("a.txt") != "one\n2\nthree\n" {
 			t.Errorf("files = %s, a.txt = %q", asJSON(r.Files), e.get("a.txt"))
 		}

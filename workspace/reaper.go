@@ -144,7 +144,7 @@ func (s *Service) restart(ctx context.Context, b sandbox.Info, by string) {
 		s.log.Warn("start stopped sandbox", "sandbox", b.ID, "session", b.Session, "err", err)
 		return
 	}
-	s.obs.Restarted(by)
+	s.fobs.Restarted(by)
 	s.log.Info("started stopped sandbox again", "sandbox", b.ID, "session", b.Session)
 }
 
@@ -184,7 +184,7 @@ func (s *Service) adopt(ctx context.Context, b sandbox.Info) error {
 		s.restart(ctx, b, "reconcile")
 	}
 	if won {
-		s.obs.Adopted()
+		s.fobs.Adopted()
 		s.log.Warn("adopted a sandbox the store did not know (did the store lose its data?)",
 			"sandbox", b.ID, "session", b.Session, "tenant", b.Tenant, "default", b.Default)
 	}

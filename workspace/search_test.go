@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/toolset/core"
 )
 
 func TestSearchFiles(t *testing.T) {
@@ -54,7 +55,7 @@ func TestSearchFiles(t *testing.T) {
 			if tc.opts != nil {
 				a["options"] = tc.opts
 			}
-			r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", a))
+			r := value[*core.SearchFilesResult](t, e.ok("searchFiles", a))
 			var got []m
 			for _, x := range r.Results {
 				got = append(got, m{x.Path, x.Line, x.Column, x.Text})
@@ -70,14 +71,14 @@ func TestSearchFiles(t *testing.T) {
 
 	t.Run("maxResults cuts and marks truncated", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "def", "options": map[string]any{"maxResults": 2}}))
+		r := value[*core.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "def", "options": map[string]any{"maxResults": 2}}))
 		if r.Count != 2 || len(r.Results) != 2 || !r.Truncated {
 			t.Errorf("count = %d, results = %d, truncated = %v", r.Count, len(r.Results), r.Truncated)
 		}
 	})
 	t.Run("results are never nil", func(t *testing.T) {
 		e := e.sub(t)
-		r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "zzz-nothing"}))
+		r := value[*core.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "zzz-nothing"}))
 		if r.Results == nil || asJSON(r) != `{"query":"zzz-nothing","results":[],"count":0}` {
 			t.Errorf("result = %s", asJSON(r))
 		}
@@ -104,7 +105,7 @@ func TestSearchSkipsDenied(t *testing.T) {
 	e.put("app/.env", "TOKEN=needle")
 	e.put("secret/a.txt", "needle")
 	e.put("ok.txt", "needle")
-	r := value[*workspace.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "needle"}))
+	r := value[*core.SearchFilesResult](t, e.ok("searchFiles", map[string]any{"query": "needle"}))
 	if r.Count != 1 || r.Results[0].Path != "ok.txt" {
 		t.Errorf("results = %s, want only ok.txt", asJSON(r.Results))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/tool"
 )
 
 // Sandboxes is the sandbox driver as the Service uses it (sandbox/docker implements it).
@@ -35,6 +36,14 @@ type Observer interface {
 	SessionCreated(d time.Duration)
 	SessionsActive(n int)
 	Reaped(reason string)
+	// ExecUnenforced counts a command started with an exec policy that the sandbox
+	// could not enforce (no Landlock).
+	ExecUnenforced()
+}
+
+// FaultObserver is what an Observer may also implement to receive what the Service
+// does about faults (metrics.Metrics does).
+type FaultObserver interface {
 	// Restarted counts stopped sandboxes started again, by who noticed ("call", "reconcile").
 	Restarted(by string)
 	// Adopted counts sessions taken back into the store from their containers' labels.
@@ -54,6 +63,13 @@ type Config struct {
 	Observer  Observer // nil: nothing is measured
 	Log       *slog.Logger
 
+	// Tools are the catalogue: every toolset's tools, in listing order (cmd/cws wires
+	// core.Tools(), lsp.Tools(), …; the service never imports a toolset).
+	Tools []*tool.Tool
+	// Diff computes the REST diff of a session (core.Diff); nil: the diff endpoint
+	// answers that it is not available.
+	Diff func(ctx context.Context, env tool.Env) (string, error)
+
 	DefaultImage   string        // image when neither the request nor the tenant names one
 	DefaultIdleTTL time.Duration // idle TTL when the tenant sets none; zero means 30 min
 	DefaultMaxLife time.Duration // hard lifetime when the tenant sets none; zero means 24 h
@@ -68,10 +84,13 @@ type Config struct {
 	TestWorkspaceTmpfsBytes int64
 }
 
-// Caller is who is calling: the tenant and subject of a verified token.
+// Caller is who is calling: the tenant, subject and scopes of a verified token.
 type Caller struct {
 	Tenant  string
 	Subject string
+	// Scopes are what the token grants (auth.Scope*; its tenant's default when it
+	// carries none). Nil grants nothing: every operation needs a scope.
+	Scopes []string
 }
 
 // Service runs sessions and tool calls.
@@ -79,6 +98,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	obs     Observer
+	fobs    FaultObserver
 	catalog *Catalog
 	audit   chan AuditRecord
 
@@ -118,8 +138,8 @@ func New(cfg Config) *Service {
 		cfg.PolicyTTL = time.Second
 	}
 	s := &Service{
-		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer,
-		catalog: DefaultCatalog(),
+		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
+		catalog: NewCatalog(cfg.Tools...),
 		audit:   make(chan AuditRecord, 4096),
 		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
 	}
@@ -165,7 +185,7 @@ func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteClo
 		if err := s.cfg.Sandboxes.Start(ctx, sandboxID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return nil, fmt.Errorf("start stopped sandbox: %w", err)
 		}
-		s.obs.Restarted("call")
+		s.fobs.Restarted("call")
 		conn, err = s.cfg.Sandboxes.Attach(ctx, sandboxID)
 	}
 	if errors.Is(err, sandbox.ErrNotFound) {
@@ -203,3 +223,12 @@ func (nopObserver) SessionsActive(int)                     {}
 func (nopObserver) Reaped(string)                          {}
 func (nopObserver) Restarted(string)                       {}
 func (nopObserver) Adopted()                               {}
+
+// faults returns the Observer's FaultObserver side, or one that drops everything.
+func faults(o Observer) FaultObserver {
+	if f, ok := o.(FaultObserver); ok {
+		return f
+	}
+	return nopObserver{}
+}
+func (nopObserver) ExecUnenforced() {}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/workspace/policy"
 )
@@ -39,6 +40,9 @@ func newID() string {
 // CreateSession creates a session and its sandbox, and returns once the agent answers.
 // With an IdempotencyKey, a repeated request returns the first one's session.
 func (s *Service) CreateSession(ctx context.Context, caller Caller, req CreateRequest) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "creating a session"); err != nil {
+		return nil, err
+	}
 	tp, ok := s.cfg.Tenants.Policy(caller.Tenant)
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, caller.Tenant)
@@ -205,6 +209,21 @@ func (s *Service) waitReady(ctx context.Context, sandboxID string) error {
 // GetSession returns one of caller's sessions. One the store forgot but whose
 // container lives is adopted first.
 func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "reading a session"); err != nil {
+		return nil, err
+	}
+	return s.getSession(ctx, caller, id)
+}
+
+// SessionFor returns caller's session id for an endpoint bound to it
+// (/v1/sessions/{id}/mcp). Unlike GetSession it needs no scope: the calls made there
+// check their own.
+func (s *Service) SessionFor(ctx context.Context, caller Caller, id string) (*Session, error) {
+	return s.getSession(ctx, caller, id)
+}
+
+// getSession returns one of caller's live sessions; an expired one is ErrNotFound.
+func (s *Service) getSession(ctx context.Context, caller Caller, id string) (*Session, error) {
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
 	if errors.Is(err, ErrNotFound) && s.adoptByID(ctx, caller.Tenant, id) {
 		sess, err = s.cfg.Store.GetSession(ctx, caller.Tenant, id)
@@ -220,6 +239,9 @@ func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Se
 
 // ListSessions lists caller's tenant's live sessions.
 func (s *Service) ListSessions(ctx context.Context, caller Caller) ([]*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "listing sessions"); err != nil {
+		return nil, err
+	}
 	all, err := s.cfg.Store.ListSessions(ctx, caller.Tenant)
 	if err != nil {
 		return nil, err
@@ -236,7 +258,10 @@ func (s *Service) ListSessions(ctx context.Context, caller Caller) ([]*Session, 
 
 // RenewSession resets the idle TTL. The hard lifetime does not move.
 func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*Session, error) {
-	sess, err := s.GetSession(ctx, caller, id)
+	if err := caller.need(auth.ScopeSessions, "renewing a session"); err != nil {
+		return nil, err
+	}
+	sess, err := s.getSession(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +275,9 @@ func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*
 
 // DeleteSession removes a session, its container and its volume.
 func (s *Service) DeleteSession(ctx context.Context, caller Caller, id string) error {
+	if err := caller.need(auth.ScopeSessions, "deleting a session"); err != nil {
+		return err
+	}
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
 	if errors.Is(err, ErrNotFound) && s.adoptByID(ctx, caller.Tenant, id) {
 		sess, err = s.cfg.Store.GetSession(ctx, caller.Tenant, id)
@@ -281,9 +309,10 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 
 func defaultKey(tenant, sub string) string { return "default:" + tenant + ":" + sub }
 
-// DefaultSession returns the one session per (tenant, sub) that /mcp uses when the token
-// names none, creating it on first use. Replicas agree through Store.Claim.
-func (s *Service) DefaultSession(ctx context.Context, caller Caller) (*Session, error) {
+// defaultSession returns the one session per (tenant, sub) that /mcp uses when the token
+// names none, creating it on first use (CallDefault checks the caller's scope). Replicas
+// agree through Store.Claim.
+func (s *Service) defaultSession(ctx context.Context, caller Caller) (*Session, error) {
 	key := defaultKey(caller.Tenant, caller.Subject)
 	for attempt := 0; attempt < 3; attempt++ {
 		id := newID()
@@ -341,7 +370,7 @@ func (s *Service) adoptDefault(ctx context.Context, caller Caller, claimed strin
 func (s *Service) waitCreated(ctx context.Context, caller Caller, id string) (*Session, error) {
 	deadline := time.Now().Add(s.cfg.ReadyTimeout + 10*time.Second)
 	for {
-		sess, err := s.GetSession(ctx, caller, id)
+		sess, err := s.getSession(ctx, caller, id)
 		if err != nil || sess.State == StateReady {
 			return sess, err
 		}

@@ -54,7 +54,11 @@ type ErrorData struct {
 	Retryable  bool   `json:"retryable,omitempty"`
 	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
 	// Started, for reason "interrupted": whether the command had started.
-	Started *bool `json:"started,omitempty"`
+	Started *bool  `json:"started,omitempty"`
+	Scope   string `json:"scope,omitempty"` // the token scope the call needs (rule "scope")
+	// Valid is what would have been accepted, e.g. a position's valid range
+	// ({"line":{"min":1,"max":N},"character":{"min":1,"max":M}}).
+	Valid json.RawMessage `json:"valid,omitempty"`
 }
 
 // RetryAfterSeconds is what a retryable error tells the caller to wait.
@@ -77,7 +81,10 @@ func rpcError(err error) *jsonrpc.Error {
 		var v *policy.Violation
 		if errors.As(err, &v) {
 			e.Message = v.Error()
-			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail})
+			e.Data, _ = json.Marshal(ErrorData{Path: v.Path, Rule: v.Rule, Detail: v.Detail, Valid: v.Data})
+		} else if se := workspace.AsScopeError(err); se != nil {
+			e.Message = se.Error()
+			e.Data, _ = json.Marshal(ErrorData{Rule: "scope", Scope: se.Scope})
 		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound && c.err != workspace.ErrSessionLost {
 			e.Message = err.Error() // a missing session keeps the fixed message: ids are not echoed
 		}

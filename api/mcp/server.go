@@ -4,6 +4,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -132,6 +133,7 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 	for _, t := range h.cfg.Service.Catalog().Tools(sets...) {
 		s.AddTool(mcpTool(t), h.handle(t))
 	}
+	s.AddReceivingMiddleware(h.listCallable)
 	actual, _ := h.servers.LoadOrStore(key, s)
 	return actual.(*sdk.Server)
 }
@@ -157,8 +159,8 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 		if p == nil {
 			return nil, h.failed(ctx, "", "", t.Name, start, workspace.ErrForbidden)
 		}
-		caller := workspace.Caller{Tenant: p.Tenant, Subject: p.Subject}
-		id, err := h.sessionID(ctx, req, p, caller)
+		caller := workspace.CallerOf(p)
+		id, err := sessionID(req, p)
 		if err != nil {
 			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
 		}
@@ -176,7 +178,12 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 				}
 			}
 		}
-		res, err := h.cfg.Service.Call(ctx, caller, id, t.Name, req.Params.Arguments, opts)
+		var res *workspace.Result
+		if id == "" {
+			res, err = h.cfg.Service.CallDefault(ctx, caller, t.Name, req.Params.Arguments, opts)
+		} else {
+			res, err = h.cfg.Service.Call(ctx, caller, id, t.Name, req.Params.Arguments, opts)
+		}
 		if err != nil {
 			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
 		}
@@ -184,30 +191,60 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 		if err != nil {
 			return nil, rpcError(err)
 		}
-		return &sdk.CallToolResult{
+		out := &sdk.CallToolResult{
 			Content:           []sdk.Content{&sdk.TextContent{Text: string(body)}},
-			StructuredContent: json.RawMessage(body),
+			StructuredContent: structured(body),
 			IsError:           res.IsError,
-		}, nil
+		}
+		if res.Note != "" {
+			out.Content = append(out.Content, &sdk.TextContent{Text: res.Note})
+		}
+		return out, nil
 	}
 }
 
 // sessionID picks the call's session: the URL's, else the token's session claim, else
-// the caller's default session (created on first use). A token bound to one session
-// cannot reach another.
-func (h *Handler) sessionID(ctx context.Context, req *sdk.CallToolRequest, p *auth.Principal, caller workspace.Caller) (string, error) {
+// "" for the caller's default session (created on first use). A token bound to one
+// session cannot reach another.
+func sessionID(req *sdk.CallToolRequest, p *auth.Principal) (string, error) {
 	bound := req.Extra.Header.Get(boundHeader)
 	switch {
 	case bound != "" && p.Session != "" && bound != p.Session:
 		return "", workspace.ErrNotFound
 	case bound != "":
 		return bound, nil
-	case p.Session != "":
-		return p.Session, nil
 	}
-	sess, err := h.cfg.Service.DefaultSession(ctx, caller)
-	if err != nil {
-		return "", err
+	return p.Session, nil
+}
+
+// listCallable narrows tools/list to the tools the caller's token may call: a token
+// with tools:read alone sees the read-only tools. The others stay registered, so a call
+// to one is refused by the Service like any other (-32002, data.scope), not reported as
+// an unknown tool.
+func (h *Handler) listCallable(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		lr, ok := res.(*sdk.ListToolsResult)
+		if err != nil || !ok {
+			return res, err
+		}
+		caller := workspace.CallerOf(auth.PrincipalFromTokenInfo(req.GetExtra().TokenInfo))
+		cat := h.cfg.Service.Catalog()
+		out := *lr
+		out.Tools = slices.DeleteFunc(slices.Clone(lr.Tools), func(mt *sdk.Tool) bool {
+			t, ok := cat.Lookup(mt.Name)
+			return !ok || !caller.May(t)
+		})
+		return &out, nil
 	}
-	return sess.ID, nil
+}
+
+// structured is a result's structuredContent: the result itself when it is a JSON
+// object, else {"result": …} (MCP's structured content is an object; an LSP definition
+// is an array, a hover may be null).
+func structured(body []byte) json.RawMessage {
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '{' {
+		return body
+	}
+	return json.RawMessage(`{"result":` + string(body) + `}`)
 }

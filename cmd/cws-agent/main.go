@@ -3,9 +3,11 @@
 //	cws-agent init     PID 1: prepares /workspace, drops to the tool uid, runs `serve`, reaps zombies
 //	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent
 //	cws-agent attach   bridges stdio to that socket (what cws runs with `docker exec`)
+//	cws-agent launch   restricts itself with Landlock, then execs a command (package launch)
 //	cws-agent version  prints the agent's release and protocol
 //
-// It imports only sandbox/agent/... and the standard library, so it runs in any image.
+// It imports only sandbox/agent/..., their few dependencies and the standard library, and
+// is built static, so it runs in any image.
 package main
 
 import (
@@ -13,6 +15,7 @@ import (
 	"os"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/version"
 )
 
@@ -33,6 +36,11 @@ func main() {
 		err = runServe(os.Args[2:])
 	case "attach":
 		err = runAttach(os.Args[2:])
+	case launch.Command:
+		// Only returns on failure, which the agent also reads from the status fd.
+		err = launch.Main(os.Args[2:])
+		fmt.Fprintf(os.Stderr, "cws-agent launch: %v\n", err)
+		os.Exit(126)
 	case "version":
 		fmt.Printf("cws-agent %s (protocol %d, commit %s)\n", version.Version, agent.ProtocolVersion, version.Commit)
 	case "-h", "--help", "help":
@@ -55,6 +63,7 @@ Usage:
   cws-agent init      run as the container's PID 1 (prepares /workspace, drops privileges, reaps)
   cws-agent serve     serve the agent protocol on the abstract socket @cws-agent
   cws-agent attach    bridge stdin/stdout to the agent (used by cws through docker exec)
+  cws-agent launch    restrict execution with Landlock, then exec a command (used by serve)
   cws-agent version   print the release and protocol version
 `)
 }

@@ -27,9 +27,18 @@ func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	warmUp()
 	root := os.Getenv("CWS_WORKSPACE")
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, StateDir: stateDir})
+	self, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir})
+	if err != nil {
+		return err
+	}
+	if abi := srv.Landlock(); abi > 0 {
+		log.Info("command allowlists are enforced with Landlock", "landlock_abi", abi)
+	} else {
+		log.Warn("Landlock is unavailable: commands of a policy with allowedCommands run unenforced (or are refused under requireLandlock)")
 	}
 	l, err := net.Listen("unix", socketName)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -43,7 +44,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	tenants, _ := auth.NewDevTenants()
 	devPolicies := policy.ByTenant{auth.DevTenantID: policy.Default()}
-	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies, DefaultImage: e.image})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies, DefaultImage: e.image})
 	defer svc.Close()
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +62,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	defer func() {
 		e.logf("removing %d sessions…", len(sessions))
 		for _, s := range sessions {
-			_ = svc.DeleteSession(context.WithoutCancel(ctx), workspace.Caller{Tenant: auth.DevTenantID, Subject: s.Subject}, s.ID)
+			_ = svc.DeleteSession(context.WithoutCancel(ctx), workspace.Caller{Tenant: auth.DevTenantID, Subject: s.Subject, Scopes: auth.AllScopes()}, s.ID)
 		}
 	}()
 	transport := &http.Transport{MaxIdleConns: 200, MaxIdleConnsPerHost: 200}
@@ -70,7 +71,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	for _, k := range levels {
 		for len(sessions) < k {
 			e.logf("creating session %d/%d…", len(sessions)+1, k)
-			caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: fmt.Sprintf("bench-%d", len(sessions))}
+			caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: fmt.Sprintf("bench-%d", len(sessions)), Scopes: auth.AllScopes()}
 			s, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 			if err != nil {
 				return rows, err

@@ -22,8 +22,9 @@ func downloadCmd(getenv func(string) string) *cobra.Command {
 		Use:   "download SESSION [-O FILE.tar | -C DIR]",
 		Short: "Download a session's workspace as a tar archive, or into a directory",
 		Long: `Download the whole workspace, streamed: to a tar file (-O), extracted into a directory
-(-C), or as a tar archive on stdout when that is not a terminal. Paths the policy
-denies are left out.
+(-C), or as a tar archive on stdout when that is not a terminal. It needs a token with
+the archive scope, and has every path (deniedPaths guard the agent's tools, not the
+archive).
 
 Extracting with -C never writes outside DIR: an entry whose name leaves it is refused,
 and a symlink pointing outside it is skipped with a warning. Existing files are

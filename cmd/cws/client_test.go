@@ -22,6 +22,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,7 +45,7 @@ func newTestServer(t *testing.T) *testServer {
 	pols := policy.ByTenant{auth.DevTenantID: policy.Default()}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test", Commit: "test"})
-	svc := workspace.New(workspace.Config{Store: memstore.New(), Sandboxes: sandboxtest.New(t), Tenants: pols,
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: sandboxtest.New(t), Tenants: pols,
 		Observer: m, DefaultImage: "test-image", PolicyTTL: time.Nanosecond})
 	t.Cleanup(svc.Close)
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})

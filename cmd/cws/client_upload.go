@@ -23,8 +23,9 @@ func uploadCmd(getenv func(string) string) *cobra.Command {
 		Short: "Copy a directory or a tar archive into a session's workspace",
 		Long: `Copy files into the root of a session's workspace (/workspace). A directory is
 tarred on the fly and streamed, never held in memory; a .tar or .tar.gz file is sent
-as it is. Existing files are overwritten; the workspace's policy decides which paths
-may be written.
+as it is. Existing files are overwritten. It needs a token with the archive scope, and
+moves the whole tree (.git included): deniedPaths guard the agent's tools, not the
+archive.
 
 Progress goes to stderr when it is a terminal, or with --progress.
 

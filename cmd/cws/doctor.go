@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace/policy"
 	dockerclient "github.com/docker/docker/client"
@@ -34,6 +35,7 @@ func doctorCmd(getenv func(string) string) *cobra.Command {
 
   - the Docker engine answers (DOCKER_HOST, or the local socket)
   - the workspace images are present
+  - Landlock is available to enforce allowedCommands (when the engine is local)
   - cws-agent sits next to cws (or at --agent-binary)
   - Redis answers, if --redis-url is given
   - the tenants file loads and every tenant's policy parses, if --tenants is given
@@ -84,6 +86,14 @@ func (d *doctor) ok(format string, a ...any) { fmt.Fprintf(d.w, "✔ "+format+"\
 
 func (d *doctor) skip(format string, a ...any) { fmt.Fprintf(d.w, "- "+format+"\n", a...) }
 
+// warn reports a degraded but working setup; it is not a failure.
+func (d *doctor) warn(hint, format string, a ...any) {
+	fmt.Fprintf(d.w, "! "+format+"\n", a...)
+	if hint != "" {
+		fmt.Fprintf(d.w, "    → %s\n", hint)
+	}
+}
+
 func (d *doctor) fail(hint, format string, a ...any) {
 	d.failed++
 	fmt.Fprintf(d.w, "✘ "+format+"\n", a...)
@@ -108,6 +118,7 @@ func (d *doctor) docker(ctx context.Context, images []string) {
 		return
 	}
 	defer cli.Close()
+	d.landlock(cli.DaemonHost())
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
@@ -132,6 +143,22 @@ func (d *doctor) docker(ctx context.Context, images []string) {
 			d.fail("", "image %s: %v", img, err)
 		}
 	}
+}
+
+// landlock reports whether this kernel can enforce allowedCommands (the agent's
+// launcher restricts commands with Landlock). Sandboxes run on the Docker engine's
+// kernel: that is this one only when the engine is local.
+func (d *doctor) landlock(dockerHost string) {
+	if !strings.HasPrefix(dockerHost, "unix://") {
+		d.skip("Landlock: the Docker engine at %s is remote, its kernel is not checked here (the agent logs it at start; cws-agent ping reports it)", dockerHost)
+		return
+	}
+	if abi := launch.ABI(); abi > 0 {
+		d.ok("Landlock ABI %d: the kernel enforces allowedCommands on every command and what it starts", abi)
+		return
+	}
+	d.warn("use a kernel with Landlock (5.13+, \"landlock\" in the lsm= boot list); tenants with \"requireLandlock\": true get their commands refused meanwhile",
+		"Landlock unavailable: commands run without kernel enforcement of allowedCommands (counted in cws_exec_unenforced_total)")
 }
 
 func (d *doctor) agent(path string) {

@@ -20,6 +20,7 @@ import (
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
 	"github.com/cwsdev/cws/workspace/redisstore"
+	"github.com/cwsdev/cws/workspace/toolset"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
@@ -113,7 +114,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer driver.Close()
 
-	svc := workspace.New(workspace.Config{Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {

@@ -10,7 +10,8 @@ import (
 )
 
 func tokenCmd(getenv func(string) string) *cobra.Command {
-	var tenantsFile, tenant, sub, session, scope string
+	var tenantsFile, tenant, sub, session string
+	var scope []string
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "token --tenants FILE --tenant ID --sub NAME",
@@ -20,9 +21,18 @@ func tokenCmd(getenv func(string) string) *cobra.Command {
 The token carries iss, aud, sub, tenant, iat, nbf and exp; --session binds it to one
 session (its /mcp calls then reach only that session).
 
+--scope limits what it may do (repeatable; each value may list several, separated by
+spaces or commas):
+  tools:read   read-only tools          tools:write  tools that change files
+  tools:exec   commands and processes   sessions     create/list/get/renew/delete
+  archive      upload and download the whole tree (deniedPaths do not apply)
+Without --scope the token has no scope claim and gets the tenant's defaultScopes
+(all of them unless the tenants file says otherwise).
+
 Examples:
   cws token --tenants tenants.yaml --tenant acme --sub ci-job-42
-  cws token --tenants tenants.yaml --tenant acme --sub me --ttl 8h --session s-abc`,
+  cws token --tenants tenants.yaml --tenant acme --sub agent-7 --session s-abc --scope "tools:read tools:write tools:exec"
+  cws token --tenants tenants.yaml --tenant acme --sub me --ttl 8h --scope tools:read --scope sessions`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenantsFile == "" {
@@ -40,9 +50,9 @@ Examples:
 				}
 				return fmt.Errorf("no tenant %q in %s (it has: %s)", tenant, tenantsFile, strings.Join(ids, ", "))
 			}
-			var scopes []string
-			if scope != "" {
-				scopes = strings.Fields(scope)
+			scopes, err := auth.ParseScopes(scope...)
+			if err != nil {
+				return fmt.Errorf("--scope: %w", err)
 			}
 			tok, err := t.Mint(sub, ttl, session, scopes, time.Now())
 			if err != nil {
@@ -58,7 +68,7 @@ Examples:
 	f.StringVar(&sub, "sub", "", "subject (who the token is for)")
 	f.DurationVar(&ttl, "ttl", time.Hour, "lifetime")
 	f.StringVar(&session, "session", "", "bind the token to this session id")
-	f.StringVar(&scope, "scope", "", "space-separated scopes")
+	f.StringArrayVar(&scope, "scope", nil, "scopes to grant, space- or comma-separated; repeatable (default: the tenant's defaultScopes)")
 	_ = cmd.MarkFlagRequired("tenant")
 	_ = cmd.MarkFlagRequired("sub")
 	return cmd

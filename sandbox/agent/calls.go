@@ -131,6 +131,33 @@ func (c *Client) Check(ctx context.Context, a CheckArgs) (CheckResult, error) {
 	return r, err
 }
 
+// TermRun runs shell syntax in a terminal (or a fresh shell when a.Background). With
+// a.Stream, onOutput receives stdout and stderr chunks as they are produced.
+func (c *Client) TermRun(ctx context.Context, a TermRunArgs, onOutput EventFunc) (TermRunResult, error) {
+	var r TermRunResult
+	err := c.Call(ctx, OpTermRun, a, nil, onOutput, &r)
+	return r, err
+}
+
+// TermRead reads a terminal's scrollback.
+func (c *Client) TermRead(ctx context.Context, a TermReadArgs) (TermOutput, error) {
+	var r TermOutput
+	err := c.Call(ctx, OpTermRead, a, nil, nil, &r)
+	return r, err
+}
+
+// TermInfo describes a terminal and the OS.
+func (c *Client) TermInfo(ctx context.Context, a TermIDArgs) (TermInfo, error) {
+	var r TermInfo
+	err := c.Call(ctx, OpTermInfo, a, nil, nil, &r)
+	return r, err
+}
+
+// TermClose ends a terminal, killing what runs in it.
+func (c *Client) TermClose(ctx context.Context, a TermIDArgs) error {
+	return c.Call(ctx, OpTermClose, a, nil, nil, nil)
+}
+
 // dataTo writes a call's data events to w.
 func dataTo(w io.Writer) EventFunc {
 	return func(ev string, data []byte) error {
@@ -140,4 +167,11 @@ func dataTo(w io.Writer) EventFunc {
 		_, err := w.Write(data)
 		return err
 	}
+}
+
+// LSP runs one code-intelligence tool (see LSPArgs).
+func (c *Client) LSP(ctx context.Context, a LSPArgs) (LSPResult, error) {
+	var r LSPResult
+	err := c.Call(ctx, OpLSP, a, nil, nil, &r)
+	return r, err
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -18,21 +19,32 @@ const (
 	CodeNotEmpty  = "not_empty"
 	CodeCanceled  = "canceled"
 	CodeInternal  = "internal"
+	// CodeNotEnforced refuses a command whose ExecPolicy requires Landlock where the
+	// agent cannot enforce it.
+	CodeNotEnforced = "not_enforced"
+	// CodeUnsupported: the image lacks what the operation needs (no language server
+	// for the file's language); the message says what to install.
+	CodeUnsupported = "unsupported"
+	CodeCommand     = "command_not_allowed" // a program the allowed commands refuse; Path names it
 )
 
 // Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
 var (
-	ErrNotFound  = errors.New("not found")
-	ErrExists    = errors.New("already exists")
-	ErrNotDir    = errors.New("not a directory")
-	ErrIsDir     = errors.New("is a directory")
-	ErrTraversal = errors.New("path escapes the workspace")
-	ErrDenied    = errors.New("path denied by policy")
-	ErrTooLarge  = errors.New("too large")
-	ErrInvalid   = errors.New("invalid argument")
-	ErrNotEmpty  = errors.New("directory not empty")
-	ErrCanceled  = errors.New("canceled")
-	ErrInternal  = errors.New("agent internal error")
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrNotDir      = errors.New("not a directory")
+	ErrIsDir       = errors.New("is a directory")
+	ErrTraversal   = errors.New("path escapes the workspace")
+	ErrDenied      = errors.New("path denied by policy")
+	ErrTooLarge    = errors.New("too large")
+	ErrInvalid     = errors.New("invalid argument")
+	ErrNotEmpty    = errors.New("directory not empty")
+	ErrCanceled    = errors.New("canceled")
+	ErrInternal    = errors.New("agent internal error")
+	ErrUnsupported = errors.New("not supported in this workspace image")
+	// ErrNotEnforced: Landlock is required and unavailable.
+	ErrNotEnforced = errors.New("command allowlist cannot be enforced")
+	ErrCommand     = errors.New("command not allowed")
 
 	// ErrVersion is returned by the client when the agent speaks another protocol.
 	ErrVersion = errors.New("agent protocol version mismatch")
@@ -44,6 +56,9 @@ var codeErr = map[string]error{
 	CodeNotFound: ErrNotFound, CodeExists: ErrExists, CodeNotDir: ErrNotDir, CodeIsDir: ErrIsDir,
 	CodeTraversal: ErrTraversal, CodeDenied: ErrDenied, CodeTooLarge: ErrTooLarge,
 	CodeInvalid: ErrInvalid, CodeNotEmpty: ErrNotEmpty, CodeCanceled: ErrCanceled, CodeInternal: ErrInternal,
+	CodeNotEnforced: ErrNotEnforced,
+	CodeUnsupported: ErrUnsupported,
+	CodeCommand:     ErrCommand,
 }
 
 // WireError is an operation's failure as it travels back to the host.
@@ -52,6 +67,9 @@ type WireError struct {
 	Message string `json:"message"`
 	Path    string `json:"path,omitempty"` // the offending workspace-relative path
 	Rule    string `json:"rule,omitempty"` // the guard rule that denied it
+	// Data is structured detail for the host, by code: for an invalid position,
+	// {"line":{"min":1,"max":N},"character":{"min":1,"max":M}}.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 func (e *WireError) Error() string {

@@ -9,8 +9,9 @@ import (
 )
 
 // ProtocolVersion is bumped on any incompatible change to frames, ops or results.
-// The host refuses an agent that speaks another version.
-const ProtocolVersion = 1
+// The host refuses an agent that speaks another version. 2: ExecArgs.Launch (an agent
+// that ignored it would run restricted commands unenforced).
+const ProtocolVersion = 2
 
 // Frame size limits. A frame over them is a protocol error, never an allocation.
 const (

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent/guard"
@@ -51,6 +52,9 @@ type PingResult struct {
 	Version  string `json:"version"`
 	UID      int    `json:"uid"`
 	PID      int    `json:"pid"`
+	// Landlock is the kernel's Landlock ABI version the agent's launcher enforces
+	// ExecPolicy with; 0 means unavailable, and restricted commands run unenforced.
+	Landlock int `json:"landlock"`
 }
 
 // FileInfo describes one file. Path is workspace-relative and slash-separated.
@@ -176,6 +180,23 @@ type ExecArgs struct {
 	OutputCap int64             `json:"outputCap,omitempty"` // per stream; 0 = 1 MiB
 	Stream    bool              `json:"stream,omitempty"`    // send stdout/stderr events while running
 	Guard     *guard.Guard      `json:"guard,omitempty"`
+	Launch    *ExecPolicy       `json:"launch,omitempty"` // nil: the command may execute anything
+}
+
+// ExecPolicy is what a command and all its descendants may execute. The agent starts
+// the command through its launcher, which restricts itself with Landlock so that only
+// these files can be executed, then execs the command in the same process.
+type ExecPolicy struct {
+	// Programs are bare names, each looked up on SafePath (symlinks resolved). Each
+	// match may be executed, and so may its ELF interpreter and its #! interpreters.
+	// Empty: nothing but Dirs.
+	Programs []string `json:"programs"`
+	// Dirs are absolute trees whose files may all be executed (git's exec-path);
+	// missing ones are skipped.
+	Dirs []string `json:"dirs,omitempty"`
+	// Require refuses the command (CodeNotEnforced) where Landlock is unavailable,
+	// instead of running it unenforced.
+	Require bool `json:"require,omitempty"`
 }
 
 // ExecResult is a finished command. A command that could not start has ExitCode -1 and StartError.
@@ -195,6 +216,8 @@ type ExecResult struct {
 	// killer struck while it ran); MemoryLimitBytes is that limit, 0 if unknown.
 	OOMKilled        bool  `json:"oomKilled,omitempty"`
 	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+	// Unenforced is set when the call had a Launch policy and Landlock was unavailable.
+	Unenforced bool `json:"unenforced,omitempty"`
 }
 
 // ProcStartArgs starts a background process owned by the agent (it outlives the stream).
@@ -204,6 +227,7 @@ type ProcStartArgs struct {
 	Env       map[string]string `json:"env,omitempty"`
 	OutputCap int64             `json:"outputCap,omitempty"` // ring buffer per stream; 0 = 1 MiB
 	Guard     *guard.Guard      `json:"guard,omitempty"`
+	Launch    *ExecPolicy       `json:"launch,omitempty"` // as in ExecArgs
 }
 
 // ProcInfo describes a background process.
@@ -215,6 +239,8 @@ type ProcInfo struct {
 	ExitCode  *int       `json:"exitCode,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// Unenforced: started with a Launch policy while Landlock was unavailable.
+	Unenforced bool `json:"unenforced,omitempty"`
 }
 
 // ProcIDArgs names a background process.
@@ -322,4 +348,159 @@ func (r *ProcOutput) SetBody(b []byte) { r.Stdout, r.Stderr = splitBody(b, r.Std
 func splitBody(b []byte, n int) ([]byte, []byte) {
 	n = max(0, min(n, len(b)))
 	return b[:n:n], b[n:]
+}
+
+// OpLSP runs one code-intelligence tool of seeds/mcpls-lsp-tools.md against the language
+// server the agent keeps for the file's language (see package server/lsp). It is not in
+// the client's retry list: a call may start a language server, and the host retries
+// nothing that has effects; every tool only reads, so a host that wants a retry may do it.
+const OpLSP = "lsp"
+
+// LSPArgs runs one mcpls tool. Args are the tool's arguments as the seed names them
+// (snake_case); the host has already normalized file_path to a clean workspace-relative
+// path and checked it against the policy (the agent re-checks with Guard on the resolved
+// path). Positions are 1-based lines and 1-based characters counted in Unicode code
+// points, in arguments and results.
+//
+// Beyond the seed: workspace_symbol_search accepts an optional file_path that picks the
+// language (otherwise every running server is asked, and servers for the languages whose
+// marker files are at the workspace root are started); rename_symbol and format_document
+// accept and ignore apply (the host applies plans).
+type LSPArgs struct {
+	Tool  string          `json:"tool"`
+	Args  json.RawMessage `json:"args"`
+	Guard *guard.Guard    `json:"guard,omitempty"`
+}
+
+// LSPResult is the tool's result in the seed's shape, and how many locations (or edits)
+// were left out because they point into paths the guard refuses.
+type LSPResult struct {
+	Result  json.RawMessage `json:"result"`
+	Dropped int             `json:"dropped,omitempty"`
+}
+
+// Terminal operations: a persistent, policy-checked shell per terminal id (package
+// server/shell). The shell is an interpreter inside the agent; it starts no program
+// Allowed refuses, and opens no file the guard refuses.
+const (
+	OpTermRun   = "term.run"
+	OpTermRead  = "term.read"
+	OpTermInfo  = "term.info"
+	OpTermClose = "term.close"
+)
+
+// DefaultTerminal is the terminal id used when none is given.
+const DefaultTerminal = "default"
+
+// TermRunArgs runs shell syntax in a terminal, or (Background) in a fresh shell.
+//
+// A terminal keeps its working directory, variables, functions and options from one
+// run to the next, and its combined output in a scrollback (TermScrollback bytes) read
+// back with OpTermRead. It belongs to the agent and outlives the host's stream; the
+// command running in it is killed (process groups, SIGTERM then SIGKILL) when the call
+// is cancelled or times out.
+//
+// Every program the shell would execute — in pipelines, $(…), subshells, functions, and
+// the programs env, xargs, find -exec, nice, timeout, nohup, stdbuf, setsid and time
+// would run — must be a bare name in Allowed, or the run stops before it starts with a
+// CodeCommand error naming it. sh, bash and dash never start: their scripts are
+// interpreted in-process with the same checks. Redirections and other files the shell
+// opens are resolved beneath the workspace and checked with Guard (CodeDenied; writes
+// need the write rules); outside it, only /tmp (no symlinks), /dev/null and the shell's
+// own /dev/stdin, /dev/stdout and /dev/stderr may be opened (CodeTraversal). cd may not
+// leave the workspace (CodeTraversal).
+type TermRunArgs struct {
+	ID      string `json:"id,omitempty"` // the terminal; "" is DefaultTerminal. Unused when Background
+	Command string `json:"command"`
+	// Cwd is workspace-relative: the starting directory of a new terminal or of a
+	// background run. An existing terminal stays where its last command left it.
+	Cwd string `json:"cwd,omitempty"`
+	// Env holds variables the host vetted, exported in a new terminal (or a background
+	// run) on top of the fixed base environment, and passed to its programs.
+	Env        map[string]string `json:"env,omitempty"`
+	TimeoutMS  int64             `json:"timeoutMs,omitempty"`
+	Background bool              `json:"background,omitempty"` // a fresh shell; stdout and stderr apart
+	OutputCap  int64             `json:"outputCap,omitempty"`  // Background: per stream; 0 = 1 MiB
+	Stream     bool              `json:"stream,omitempty"`     // send stdout/stderr events while running
+	// Allowed lists the programs that may run: nil allows any bare name on SafePath,
+	// an empty list none. It is never omitted on the wire, so [] stays "none".
+	Allowed []string `json:"allowed"`
+	// EnvAllowlist names the exported shell variables that reach programs beyond the
+	// base environment and Env; nil passes none. LD_*, BASH_ENV, ENV, PATH and the
+	// like never pass.
+	EnvAllowlist []string     `json:"envAllowlist,omitempty"`
+	Guard        *guard.Guard `json:"guard,omitempty"`
+	// Launch is what every program the shell starts may execute in turn (the Landlock
+	// launcher, as for exec); nil: anything.
+	Launch *ExecPolicy `json:"launch,omitempty"`
+}
+
+// TermScrollback is how many bytes of output a terminal keeps.
+const TermScrollback = 1 << 20
+
+// TermRunResult is a finished run. A policy refusal is an error, not a result.
+type TermRunResult struct {
+	ExitCode int `json:"exitCode"` // -1 when timed out or cancelled
+	// Stdout is a terminal run's combined output (what the scrollback kept of it), or a
+	// background run's stdout. Both travel in the done frame's body.
+	Stdout          []byte `json:"-"`
+	Stderr          []byte `json:"-"` // Background only
+	StdoutLen       int    `json:"stdoutLen"`
+	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	Offset          int64  `json:"offset"`     // terminal: scrollback offset where this run's output starts
+	NextOffset      int64  `json:"nextOffset"` // terminal: scrollback offset after it
+	Dropped         bool   `json:"dropped,omitempty"`
+	Cwd             string `json:"cwd"` // workspace-relative, after the run
+	TimedOut        bool   `json:"timedOut,omitempty"`
+	Canceled        bool   `json:"canceled,omitempty"`
+	Exited          bool   `json:"exited,omitempty"` // the script ran exit: the terminal starts afresh
+	DurationMS      int64  `json:"durationMs"`
+}
+
+// Body joins stdout and stderr; StdoutLen says where they split.
+func (r *TermRunResult) Body() []byte {
+	r.StdoutLen = len(r.Stdout)
+	return append(append(make([]byte, 0, len(r.Stdout)+len(r.Stderr)), r.Stdout...), r.Stderr...)
+}
+
+// SetBody splits the done frame's body back into stdout and stderr.
+func (r *TermRunResult) SetBody(b []byte) { r.Stdout, r.Stderr = splitBody(b, r.StdoutLen) }
+
+// TermReadArgs reads a terminal's scrollback from Offset.
+type TermReadArgs struct {
+	ID     string `json:"id,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Limit  int64  `json:"limit,omitempty"`  // at most this many bytes; 0 = all there is
+	WaitMS int64  `json:"waitMs,omitempty"` // wait up to this long for output past Offset while a command runs
+}
+
+// TermOutput is scrollback from Offset (moved up to the oldest byte kept when Dropped).
+type TermOutput struct {
+	Data       []byte `json:"-"` // travels in the done frame's body
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"nextOffset"`
+	Dropped    bool   `json:"dropped,omitempty"` // output before Offset was overwritten
+	Running    bool   `json:"running"`           // a command is running in the terminal
+}
+
+// Body is the data.
+func (r *TermOutput) Body() []byte { return r.Data }
+
+// SetBody sets the data.
+func (r *TermOutput) SetBody(b []byte) { r.Data = b }
+
+// TermIDArgs names a terminal.
+type TermIDArgs struct {
+	ID string `json:"id,omitempty"`
+}
+
+// TermInfo describes the terminal and the system it runs on.
+type TermInfo struct {
+	OSType    string `json:"osType"`    // "Linux"
+	OSVersion string `json:"osVersion"` // PRETTY_NAME of /etc/os-release and the kernel release
+	Shell     string `json:"shell"`
+	Cwd       string `json:"cwd"`     // workspace-relative; "." for a terminal not yet opened
+	Open      bool   `json:"open"`    // the terminal exists
+	Running   bool   `json:"running"` // a command is running in it
 }

@@ -170,7 +170,7 @@ func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *contain
 		CapAdd:         []string{"CHOWN", "SETUID", "SETGID"},
 		SecurityOpt:    []string{"no-new-privileges"}, // the default seccomp profile stays on
 		ReadonlyRootfs: true,
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d", lim.TmpSizeBytes)},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d", lim.TmpSizeBytes)},
 		Init:           new(false),
 		Resources: container.Resources{
 			NanoCPUs:   lim.NanoCPUs,

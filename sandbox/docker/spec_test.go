@@ -123,7 +123,7 @@ func TestConfigDefaults(t *testing.T) {
 	if *host.PidsLimit != 99 || host.Memory != 1<<30 || host.MemorySwap != 1<<30 || host.NanoCPUs != 1e9 {
 		t.Errorf("resources = %+v", host.Resources)
 	}
-	if host.NetworkMode != "bridge" || *cfg.StopTimeout != 5 || host.Tmpfs["/tmp"] != "rw,nosuid,nodev,size=268435456" {
+	if host.NetworkMode != "bridge" || *cfg.StopTimeout != 5 || host.Tmpfs["/tmp"] != "rw,exec,nosuid,nodev,size=268435456" {
 		t.Errorf("network %q, stop %d, tmpfs %q", host.NetworkMode, *cfg.StopTimeout, host.Tmpfs["/tmp"])
 	}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,6 +28,8 @@ type Violation struct {
 	Rule   string // the refusing rule, e.g. `deniedPaths ".env"`, "maxFileSize", "envAllowlist"
 	Path   string // the offending path as given or normalized; empty when no path is involved
 	Detail string // a human sentence, e.g. "11 bytes exceeds maxFileSize 10"
+	// Data is structured detail for the client, e.g. a position's valid range; nil: none.
+	Data json.RawMessage
 }
 
 // Error reads e.g. `policy violation: ".env": denied by rule deniedPaths ".env"`.

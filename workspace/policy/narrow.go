@@ -16,6 +16,7 @@ type Effective struct {
 	commands    [][]string // program names must be in every list; no lists: any
 	env         [][]string // variable names must match every list; never empty
 	confirm     []string
+	landlock    bool // requireLandlock
 }
 
 // Narrow returns tenant's policy narrowed by ws, the workspace's .cws-policy.json (nil
@@ -29,7 +30,8 @@ type Effective struct {
 //     works under any tenant;
 //   - allowedCommands: the intersection (omitted on both sides: any program);
 //   - envAllowlist: a name must pass both lists (tenant omitted: DefaultEnvAllowlist);
-//   - confirmationRequired: the union.
+//   - confirmationRequired: the union;
+//   - requireLandlock: either side turns it on.
 //
 // ws's tenant-only fields are ignored (ParseWorkspace refuses them anyway). FileName
 // itself is protected from writes unless tenant.AllowPolicyWrites.
@@ -42,6 +44,7 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 		maxEditSize: orDefault(tenant.MaxEditSize, DefaultMaxEditSize),
 		env:         [][]string{clone(tenant.EnvAllowlist)},
 		confirm:     clone(tenant.ConfirmationRequired),
+		landlock:    tenant.RequireLandlock,
 	}
 	if e.env[0] == nil {
 		e.env[0] = clone(DefaultEnvAllowlist)
@@ -61,6 +64,7 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 	addSet(&e.env, ws.EnvAllowlist)
 	e.guard.Deny = union(e.guard.Deny, ws.DeniedPaths)
 	e.confirm = union(e.confirm, ws.ConfirmationRequired)
+	e.landlock = e.landlock || ws.RequireLandlock
 	if ws.MaxFileSize > 0 {
 		e.maxFileSize = min(e.maxFileSize, ws.MaxFileSize)
 	}
@@ -99,6 +103,10 @@ func (e *Effective) AllowedCommands() []string {
 	}
 	return out
 }
+
+// RequireLandlock reports whether commands must be refused rather than run where the
+// sandbox cannot enforce AllowedCommands with Landlock.
+func (e *Effective) RequireLandlock() bool { return e.landlock }
 
 // ConfirmationRequired returns the tool names that need options.confirmed: true.
 func (e *Effective) ConfirmationRequired() []string { return clone(e.confirm) }

@@ -14,11 +14,12 @@ import (
 // MaxPolicyBytes is the largest policy file Parse reads.
 const MaxPolicyBytes = 1 << 20
 
-// seedFields are the fields a workspace file may use: the seed's seven. Every other
-// Policy field is tenant-only.
+// seedFields are the fields a workspace file may use: the seed's seven, and
+// requireLandlock (which can only turn enforcement on). Every other Policy field is
+// tenant-only.
 var seedFields = []string{
 	"allowedPaths", "deniedPaths", "maxFileSize", "maxEditSize",
-	"allowedCommands", "envAllowlist", "confirmationRequired",
+	"allowedCommands", "envAllowlist", "confirmationRequired", "requireLandlock",
 }
 
 // Parse reads a tenant's policy strictly: one JSON object, each field at most once and
@@ -31,7 +32,7 @@ func Parse(data []byte) (*Policy, error) {
 }
 
 // ParseWorkspace is Parse for the .cws-policy.json in a workspace root, which may only
-// use the seed's seven fields; a tenant-only field (limits, network, …) is an error
+// use the seed's seven fields and requireLandlock; a tenant-only field (limits, network, …) is an error
 // naming it. Parse errors wrap ErrInvalid; the caller decides whether a broken
 // workspace file fails the call (it must never be ignored: that would widen).
 func ParseWorkspace(data []byte) (*Policy, error) {

@@ -41,8 +41,8 @@ var AllToolsets = []string{ToolsetCore, ToolsetVSCode, ToolsetLSP}
 // in "*" allows every name with that prefix.
 var DefaultEnvAllowlist = []string{"HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "NO_COLOR"}
 
-// Policy is one .cws-policy.json: the seed's seven fields, which a workspace file may
-// use to narrow its tenant's policy, then cws's tenant-only fields.
+// Policy is one .cws-policy.json: the seed's seven fields and requireLandlock, which a
+// workspace file may use to narrow its tenant's policy, then cws's tenant-only fields.
 //
 // For the list fields nil (omitted) and empty ([]) differ: omitted leaves the list
 // unrestricted (or, in a workspace file, does not narrow), [] allows nothing. The
@@ -67,6 +67,11 @@ type Policy struct {
 	EnvAllowlist []string `json:"envAllowlist,omitzero"`
 	// ConfirmationRequired lists tool names whose calls need options.confirmed: true.
 	ConfirmationRequired []string `json:"confirmationRequired,omitzero"`
+	// RequireLandlock refuses commands (runCommand, startProcess, the git tools) with
+	// ErrCommand where the sandbox's kernel cannot enforce allowedCommands with Landlock,
+	// instead of running them unenforced. It has no effect when allowedCommands is
+	// omitted. A workspace file may turn it on, never off.
+	RequireLandlock bool `json:"requireLandlock,omitzero"`
 
 	// Limits are the container's resources. Nil means the server's defaults.
 	Limits *Limits `json:"limits,omitzero"`

@@ -27,8 +27,18 @@ const (
 )
 
 // command prepares argv to run without a shell in a workspace directory, in its own
-// process group, with the fixed base environment plus env.
-func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard) (*exec.Cmd, error) {
+// process group, with the fixed base environment plus env, and through the launcher
+// when launch restricts what it may execute.
+func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard, launch *agent.ExecPolicy) (*prepared, error) {
+	cmd, err := s.baseCommand(argv, cwd, env, g)
+	if err != nil {
+		return nil, err
+	}
+	return s.launchThrough(cmd, launch)
+}
+
+// baseCommand is command without the launcher.
+func (s *Server) baseCommand(argv []string, cwd string, env map[string]string, g *guard.Guard) (*exec.Cmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "argv must name a command")
 	}
@@ -142,10 +152,10 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	if err := decode(args, &a); err != nil {
 		return nil, err
 	}
-	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard)
+	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard, a.Launch)
 	var nf errNotFound
 	if errors.As(err, &nf) {
-		return &agent.ExecResult{ExitCode: -1, StartError: nf.Error()}, nil
+		return &agent.ExecResult{ExitCode: -1, StartError: nf.Error(), Unenforced: a.Launch != nil && s.landlock == 0}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -167,8 +177,8 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	}
 
 	started, oomBefore := time.Now(), oomKills()
-	if err := cmd.Start(); err != nil {
-		return &agent.ExecResult{ExitCode: -1, StartError: err.Error()}, nil
+	if err := cmd.start(); err != nil {
+		return &agent.ExecResult{ExitCode: -1, StartError: err.Error(), Unenforced: cmd.unenforced}, nil
 	}
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
@@ -180,7 +190,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 		defer t.Stop()
 		timeout = t.C
 	}
-	res := &agent.ExecResult{}
+	res := &agent.ExecResult{Unenforced: cmd.unenforced}
 	select {
 	case err = <-done:
 	case <-timeout:
@@ -194,7 +204,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 
 	res.DurationMS = time.Since(started).Milliseconds()
-	res.ExitCode, res.Signal = exitStatus(cmd, err)
+	res.ExitCode, res.Signal = exitStatus(cmd.Cmd, err)
 	if oomKilled(oomBefore, res.ExitCode, res.Signal) { // oom.go
 		res.OOMKilled, res.MemoryLimitBytes = true, memoryLimit()
 	}

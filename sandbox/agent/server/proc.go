@@ -29,10 +29,11 @@ func newProcTable() *procTable { return &procTable{procs: map[string]*proc{}} }
 
 // proc is one background process and its output rings.
 type proc struct {
-	id      string
-	argv    []string
-	cmd     *exec.Cmd
-	started time.Time
+	id         string
+	argv       []string
+	cmd        *exec.Cmd
+	started    time.Time
+	unenforced bool // started with an ExecPolicy Landlock could not enforce
 
 	mu       sync.Mutex
 	stdout   ring
@@ -45,7 +46,7 @@ type proc struct {
 func (p *proc) info() agent.ProcInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := agent.ProcInfo{ID: p.id, Argv: p.argv, PID: p.cmd.Process.Pid, Running: p.ended == nil, StartedAt: p.started}
+	pi := agent.ProcInfo{ID: p.id, Argv: p.argv, PID: p.cmd.Process.Pid, Running: p.ended == nil, StartedAt: p.started, Unenforced: p.unenforced}
 	if p.ended != nil {
 		code, end := p.exitCode, *p.ended
 		pi.ExitCode, pi.EndedAt = &code, &end
@@ -89,7 +90,7 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 	if running >= maxRunning {
 		return nil, agent.Errorf(agent.CodeTooLarge, "", "%d background processes are running, the limit is %d: kill one first", running, maxRunning)
 	}
-	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard)
+	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard, a.Launch)
 	var nf errNotFound
 	if errors.As(err, &nf) {
 		return nil, agent.Errorf(agent.CodeNotFound, "", "%s", nf.Error())
@@ -98,9 +99,9 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 		return nil, err
 	}
 	limit := outputLimit(a.OutputCap)
-	p := &proc{argv: a.Argv, cmd: cmd, changed: make(chan struct{}), stdout: newRing(int(limit)), stderr: newRing(int(limit))}
+	p := &proc{argv: a.Argv, cmd: cmd.Cmd, unenforced: cmd.unenforced, changed: make(chan struct{}), stdout: newRing(int(limit)), stderr: newRing(int(limit))}
 	cmd.Stdout, cmd.Stderr = procWriter{p, &p.stdout}, procWriter{p, &p.stderr}
-	if err := cmd.Start(); err != nil {
+	if err := cmd.start(); err != nil {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "start %s: %v", a.Argv[0], err)
 	}
 	p.started = time.Now().UTC()
@@ -111,7 +112,7 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 	t.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
-		code, _ := exitStatus(cmd, nil)
+		code, _ := exitStatus(cmd.Cmd, nil)
 		now := time.Now().UTC()
 		p.mu.Lock()
 		p.ended, p.exitCode = &now, code

@@ -17,8 +17,10 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/hashicorp/yamux"
 )
 
@@ -32,6 +34,13 @@ type Config struct {
 	// StateDir keeps the outcomes of recent requests (see agent.Header.ID) so that they
 	// survive an agent restart; "" keeps them in memory only.
 	StateDir string
+	// Launcher is the agent binary, run as "Launcher launch …" in front of every command
+	// whose ExecPolicy restricts what it may execute (package launch). "" means no
+	// launcher: such commands run unenforced, as where Landlock is unavailable (tests
+	// that serve in-process, where the test binary is no agent).
+	Launcher string
+	// LSPIdle stops a language server unused this long; 0 means 10 minutes, negative never.
+	LSPIdle time.Duration
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -43,6 +52,10 @@ type Server struct {
 	procs *procTable
 	ops   map[string]handler
 	seen  *outcomes // answers to recent requests with ids (dedupe.go)
+	// landlock is the Landlock ABI the launcher enforces with; 0: commands with an
+	// ExecPolicy run unenforced (or are refused when it requires Landlock).
+	landlock int
+	lsp      lspHost // the language servers (lsp.go)
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -65,6 +78,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
+	if cfg.Launcher != "" {
+		s.landlock = launch.ABI()
+	}
 	s.ops = map[string]handler{
 		agent.OpPing:       s.ping,
 		agent.OpStat:       s.stat,
@@ -83,6 +99,11 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTarOut:     s.tarOut,
 		agent.OpTarIn:      s.tarIn,
 		agent.OpCheck:      s.check,
+		agent.OpLSP:        s.lspCall,
+		agent.OpTermRun:    s.termRun,
+		agent.OpTermRead:   s.termRead,
+		agent.OpTermInfo:   s.termInfo,
+		agent.OpTermClose:  s.termClose,
 	}
 	return s, nil
 }
@@ -143,13 +164,15 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	}
 }
 
-// Close ends every connection. Background processes keep running.
+// Close ends every connection and kills the language servers. Background processes
+// keep running.
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sess := range s.conns {
 		sess.Close()
 	}
+	s.closeLSP()
 }
 
 // serveStream handles one call: request frame, events, done frame.
@@ -272,5 +295,9 @@ func decode(args json.RawMessage, v any) error {
 }
 
 func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error) {
-	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid()}, nil
+	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock}, nil
 }
+
+// Landlock returns the Landlock ABI version commands are restricted with, 0 when they
+// run unenforced (no Landlock, or no Launcher configured).
+func (s *Server) Landlock() int { return s.landlock }

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"bytes"
@@ -82,8 +82,9 @@ func runCommand(ctx context.Context, c *call, a *RunCommandArgs) (*RunCommandRes
 	if c.out != nil {
 		onOut = func(ev string, data []byte) error { c.out(ev, data); return nil }
 	}
-	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env,
-		TimeoutMS: int64(timeout) * int64(time.Second/time.Millisecond), OutputCap: outputCap, Stream: onOut != nil, Guard: c.guard}, nil, onOut)
+	r, err := c.exec(ctx, agent.ExecArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env,
+		TimeoutMS: int64(timeout) * int64(time.Second/time.Millisecond), OutputCap: outputCap, Stream: onOut != nil, Guard: c.guard,
+		Launch: c.execPolicy()}, nil, onOut)
 	if err != nil {
 		return nil, err
 	}
@@ -96,9 +97,9 @@ func runCommand(ctx context.Context, c *call, a *RunCommandArgs) (*RunCommandRes
 	if r.StartError != "" {
 		res.Stderr = r.StartError
 	}
-	explainOOM(res, r) // faults.go
+	explainOOM(res, r) // oom.go
 	return res, nil
 }
 
 // failed marks a non-zero exit or a timeout as an execution failure (isError).
-func (r *RunCommandResult) failed() bool { return r.ExitCode != 0 || r.TimedOut }
+func (r *RunCommandResult) Failed() bool { return r.ExitCode != 0 || r.TimedOut }

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"
@@ -51,9 +51,13 @@ func startProcess(ctx context.Context, c *call, a *StartProcessArgs) (*ProcessIn
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.agent.ProcStart(ctx, agent.ProcStartArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env, OutputCap: outputCap, Guard: c.guard})
+	p, err := c.agent.ProcStart(ctx, agent.ProcStartArgs{Argv: append([]string{a.Command}, a.Args...), Cwd: cwd, Env: o.Env, OutputCap: outputCap, Guard: c.guard,
+		Launch: c.execPolicy()})
 	if err != nil {
 		return nil, err
+	}
+	if p.Unenforced {
+		c.env.ExecUnenforced()
 	}
 	pi := processInfo(p)
 	return &pi, nil

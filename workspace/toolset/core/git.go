@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"
@@ -34,8 +34,8 @@ func validRef(field, ref string) error {
 // git runs git in the workspace root and returns stdout; a non-zero exit is a Failure.
 func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, error) {
 	argv := append(append([]string{"git"}, gitSafety...), args...)
-	r, err := c.agent.Exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
-		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard}, stdin, nil)
+	r, err := c.exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
+		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard, Launch: c.execPolicy("git")}, stdin, nil)
 	if err != nil {
 		return "", err
 	}
@@ -362,7 +362,7 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 	}
 	ident := []string{}
 	if email, _ := c.git(ctx, nil, "config", "user.email"); strings.TrimSpace(email) == "" {
-		ident = []string{"-c", "user.name=" + c.caller.Subject, "-c", "user.email=" + c.caller.Subject + "@cws.invalid"}
+		ident = []string{"-c", "user.name=" + c.env.Caller().Subject, "-c", "user.email=" + c.env.Caller().Subject + "@cws.invalid"}
 	}
 	out, err := c.git(ctx, []byte(a.Message), append(ident, "commit", "--no-verify", "-F", "-")...)
 	if err != nil {

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func (c *call) resolve(root, p string, write bool, size int64) (string, error) {
 // wrote tells the service a tool changed a file, so a changed policy file takes effect.
 func (c *call) wrote(rel string) {
 	if rel == policy.FileName {
-		c.svc.policyChanged(c.sess.ID)
+		c.env.PolicyChanged()
 	}
 }
 

@@ -1,4 +1,4 @@
-package workspace
+package core
 
 import (
 	"context"

@@ -1,0 +1,47 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The scopes a token's scope claim may grant. The workspace decides what each one
+// allows; a tool's required scope is part of its catalogue entry.
+const (
+	ScopeToolsRead  = "tools:read"  // tools annotated read-only
+	ScopeToolsWrite = "tools:write" // tools that change files or the repository
+	ScopeToolsExec  = "tools:exec"  // commands, background processes and terminals
+	ScopeSessions   = "sessions"    // create, list, get, renew and delete sessions
+	ScopeArchive    = "archive"     // upload and download the whole workspace tree
+)
+
+// AllScopes returns every scope, in a fixed order. It is a tenant's default unless its
+// tenants-file entry sets defaultScopes.
+func AllScopes() []string {
+	return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec, ScopeSessions, ScopeArchive}
+}
+
+// ToolScopes returns the scopes that call tools: an agent's token needs only these.
+func ToolScopes() []string { return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec} }
+
+// KnownScope reports whether s is one of [AllScopes].
+func KnownScope(s string) bool { return slices.Contains(AllScopes(), s) }
+
+// ParseScopes splits scope lists as people write them ("tools:read tools:write",
+// "tools:read,tools:exec"; each argument may hold several) and checks every name. The
+// result has no duplicates and keeps the first occurrence's order.
+func ParseScopes(lists ...string) ([]string, error) {
+	var out []string
+	for _, l := range lists {
+		for _, s := range strings.FieldsFunc(l, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+			if !KnownScope(s) {
+				return nil, fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(AllScopes(), ", "))
+			}
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}

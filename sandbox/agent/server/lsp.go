@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/lsp"
+	"golang.org/x/sys/unix"
+)
+
+// maxLSPFile is the largest file synced to a language server or read to convert a
+// result's positions.
+const maxLSPFile = 16 << 20
+
+// lspHost holds the agent's language-server manager, made on the first LSP call.
+type lspHost struct {
+	once  sync.Once
+	m     *lsp.Manager
+	cache sync.Map // workspace-relative path → *cachedFile
+}
+
+// cachedFile is a file's content as last read, with the identity and times it had: the
+// manager reads every open document before each request, and an unchanged file (same
+// inode, size, mtime and ctime) is not read again. The same slice comes back, which
+// the manager also uses to skip re-hashing it.
+type cachedFile struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+	data         []byte
+}
+
+func (s *Server) lspManager() *lsp.Manager {
+	s.lsp.once.Do(func() {
+		env := s.environ(nil)
+		// The image's own Go settings win over the manager's defaults.
+		for _, k := range []string{"GOTOOLCHAIN", "GOPATH", "GOMODCACHE", "GOCACHE", "GOFLAGS", "GOPROXY", "CGO_ENABLED", "GOROOT"} {
+			if v, ok := os.LookupEnv(k); ok {
+				env = append(env, k+"="+v)
+			}
+		}
+		s.lsp.m = lsp.New(lsp.Config{Root: s.ws.dir, Env: env, IdleTimeout: s.cfg.LSPIdle, Log: s.log})
+	})
+	return s.lsp.m
+}
+
+// closeLSP kills the language servers (the agent is shutting down).
+func (s *Server) closeLSP() {
+	s.lsp.once.Do(func() {}) // none made: make none now
+	if s.lsp.m != nil {
+		s.lsp.m.Close()
+	}
+}
+
+// lspCall runs one code-intelligence tool (agent.LSPArgs).
+func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+	var a agent.LSPArgs
+	if err := decode(args, &a); err != nil {
+		return nil, err
+	}
+	res, dropped, err := s.lspManager().Run(ctx, a.Tool, a.Args, guardedFiles{ws: s.ws, g: a.Guard, cache: &s.lsp.cache})
+	if err != nil {
+		return nil, err
+	}
+	return agent.LSPResult{Result: res, Dropped: dropped}, nil
+}
+
+// guardedFiles reads workspace files for the manager as the read operation does:
+// resolved beneath the workspace, the guard checked on the asked and the resolved path,
+// opened without following links, hard links refused where the guard denies anything.
+type guardedFiles struct {
+	ws    *workspace
+	g     *guard.Guard
+	cache *sync.Map // of *cachedFile; nil: no cache
+}
+
+func (f guardedFiles) Read(rel string) ([]byte, error) {
+	t, fd, err := f.ws.openChecked(rel, f.g, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	defer fd.Close()
+	fi, err := fd.Stat()
+	if err != nil {
+		return nil, wireError(err)
+	}
+	if fi.IsDir() {
+		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, agent.Errorf(agent.CodeInvalid, t.rel, "not a regular file")
+	}
+	if fi.Size() > maxLSPFile {
+		return nil, agent.Errorf(agent.CodeTooLarge, t.rel, "file is %d bytes; language servers get files up to %d", fi.Size(), maxLSPFile)
+	}
+	var st unix.Stat_t
+	if f.cache != nil && unix.Fstat(int(fd.Fd()), &st) == nil {
+		if v, ok := f.cache.Load(t.real); ok {
+			c := v.(*cachedFile)
+			if c.dev == st.Dev && c.ino == st.Ino && c.size == st.Size && c.mtime == st.Mtim && c.ctime == st.Ctim {
+				return c.data, nil
+			}
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(fd, maxLSPFile+1))
+	if err != nil {
+		return nil, wireError(err)
+	}
+	if f.cache != nil && st.Ino != 0 && int64(len(b)) == st.Size {
+		f.cache.Store(t.real, &cachedFile{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: b})
+	}
+	return b, nil
+}
