@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -15,6 +16,10 @@ import (
 //
 // The volume is found from the container (its /workspace mount, else its session
 // label). A volume whose container is already gone is left for reconciliation.
+//
+// The container is marked first (renamed to cws-deleted-<id>), so that a removal cut
+// short by a crash or an engine error can never be taken for a live session and
+// re-adopted: List reports it Deleted, and the next reconcile finishes the job.
 func (d *Driver) Remove(ctx context.Context, id string) error {
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
@@ -32,6 +37,14 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 			vol = volumeName(s)
 		}
 	}
+	if !deletedName(c.Name) {
+		if err := d.cli.ContainerRename(ctx, c.ID, deletedPrefix+c.ID[:12]); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("remove sandbox %s: mark deleted: %w", id, err)
+		}
+	}
 	if err := d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("remove sandbox %s: remove container: %w", id, err)
 	}
@@ -42,4 +55,13 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	}
 	d.log.Info("sandbox removed", "container", c.ID, "volume", vol)
 	return nil
+}
+
+// deletedPrefix starts the name of a container whose removal has begun.
+const deletedPrefix = "cws-deleted-"
+
+// deletedName reports whether a container name (with or without Docker's leading
+// slash) marks a removal in progress.
+func deletedName(name string) bool {
+	return strings.HasPrefix(strings.TrimPrefix(name, "/"), deletedPrefix)
 }
