@@ -239,7 +239,7 @@ func pullChanges(ctx context.Context, c *call, a *PullArgs) (*PullResult, error)
 		if r, err = c.core.Resolve(r, false, 0); err != nil {
 			return nil, err
 		}
-		remote = abs(r)
+		remote = "./" + r // git runs in the workspace root; "./" keeps it from being a remote's name
 	}
 	args := []string{"pull", "--no-edit", "--no-rebase", "--quiet", "--end-of-options", remote}
 	if a.Branch != "" {

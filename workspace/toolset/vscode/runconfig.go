@@ -144,9 +144,10 @@ func (c *call) runConfigs(ctx context.Context) ([]runConfig, error) {
 		for _, l := range f.Configurations {
 			rc := runConfig{Name: l.Name, Source: "launch.json", Type: l.Type, Cwd: cwdOf(l.Cwd), Env: substEnv(l.Env)}
 			args := substAll(l.Args)
-			prog := subst(l.Program)
+			prog := local(subst(l.Program), rc.Cwd)
 			switch l.Type {
 			case "go":
+				prog = subst(l.Program)
 				if prog == "" {
 					prog = "."
 				}
@@ -253,6 +254,14 @@ func (c *call) runConfigs(ctx context.Context) ([]runConfig, error) {
 }
 
 var envRef = regexp.MustCompile(`\$\{env:[A-Za-z_][A-Za-z0-9_]*\}`)
+
+// local makes a program under the workspace relative to the root when it runs there.
+func local(p, cwd string) string {
+	if r, ok := strings.CutPrefix(p, "/workspace/"); ok && cwd == "." {
+		return r
+	}
+	return p
+}
 
 // goPkg turns a launch program into a go run argument: a directory or file under the
 // workspace as ./rel.
