@@ -25,8 +25,8 @@ func editorTools() []*tool.Tool {
 	}
 }
 
-// editorKey is the session state key of the editor.
-const editorKey = "vscode.editor"
+// EditorKey is the session state key of the editor (an Editor in JSON).
+const EditorKey = "vscode.editor"
 
 // Editor is a session's editor: the active file, the open files (workspace-relative)
 // and the selection in the active file. There are no unsaved buffers: files are edited
@@ -52,7 +52,7 @@ func (s Selection) empty() bool {
 
 func (c *call) editor(ctx context.Context) (*Editor, error) {
 	var e Editor
-	if _, err := c.env.State().Get(ctx, editorKey, &e); err != nil {
+	if _, err := c.env.State().Get(ctx, EditorKey, &e); err != nil {
 		return nil, err
 	}
 	if e.Sel.StartLine == 0 {
@@ -62,7 +62,7 @@ func (c *call) editor(ctx context.Context) (*Editor, error) {
 }
 
 func (c *call) saveEditor(ctx context.Context, e *Editor) error {
-	return c.env.State().Put(ctx, editorKey, e)
+	return c.env.State().Put(ctx, EditorKey, e)
 }
 
 // activeEditor is the editor with an active file, or the plugin's "no active editor".
