@@ -54,15 +54,19 @@ var statuses = []struct {
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout"},
 }
 
-// fail writes err as the error body. 5xx never carry the cause: it is logged.
-func fail(c *gin.Context, log *slog.Logger, err error) {
-	status, code := http.StatusInternalServerError, "internal"
+// statusOf is err's HTTP status and error code, from the table.
+func statusOf(err error) (int, string) {
 	for _, s := range statuses {
 		if errors.Is(err, s.err) {
-			status, code = s.status, s.code
-			break
+			return s.status, s.code
 		}
 	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// fail writes err as the error body. 5xx never carry the cause: it is logged.
+func fail(c *gin.Context, log *slog.Logger, err error) {
+	status, code := statusOf(err)
 	d := ErrorDetail{Code: code, Message: err.Error()}
 	if errors.Is(err, workspace.ErrNotFound) {
 		d.Message = "not found" // the same bytes for a missing id and another tenant's

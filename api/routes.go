@@ -29,7 +29,7 @@ func (r route) methods() []string {
 
 func (s *Server) routes() []route {
 	const js, tar, diff = "application/json", "application/x-tar", "text/x-diff"
-	return []route{
+	rs := []route{
 		{method: "GET", path: "/healthz", summary: "Liveness: 200 while the process runs.", handler: s.healthz, response: js, status: 200},
 		{method: "GET", path: "/readyz", summary: "Readiness: 200 when Docker and the store answer; 503 while draining.", handler: s.readyz, response: js, status: 200},
 		{method: "GET", path: "/metrics", summary: "Prometheus metrics.", handler: s.metrics, response: "text/plain", status: 200},
@@ -47,4 +47,16 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/sessions/:id/diff", auth: true, summary: "The workspace's changes since its last commit, as a git patch (new files included).", handler: s.diff, response: diff, status: 200},
 		{method: "ANY", path: "/v1/sessions/:id/mcp", auth: true, summary: "MCP bound to this session.", handler: s.boundMCP, request: js, response: js, status: 200},
 	}
+	// The VSCode plugin's REST flavour (legacy.go), for /mcp's session and for a chosen one.
+	for _, base := range []struct{ path, which string }{{"/mcp", "the /mcp session (token's session claim, else the caller's default session)"}, {"/v1/sessions/:id/mcp", "this session"}} {
+		rs = append(rs,
+			route{method: "GET", path: base.path + "/initialize", auth: true, summary: "VSCode plugin REST: server info and the editor environment of " + base.which + " (JSON-RPC shaped).", handler: s.legacyInfo(false), response: js, status: 200},
+			route{method: "POST", path: base.path + "/initialize", auth: true, summary: "VSCode plugin REST: as GET; a JSON-RPC body's id is echoed.", handler: s.legacyInfo(false), request: js, response: js, status: 200},
+			route{method: "GET", path: base.path + "/status", auth: true, summary: "VSCode plugin REST: running status and the editor environment of " + base.which + " (JSON-RPC shaped).", handler: s.legacyInfo(true), response: js, status: 200},
+			route{method: "POST", path: base.path + "/status", auth: true, summary: "VSCode plugin REST: as GET.", handler: s.legacyInfo(true), request: js, response: js, status: 200},
+			route{method: "GET", path: base.path + "/list_tools", auth: true, summary: "VSCode plugin REST: the vscode tools the token may call, as a bare array of {name, description, inputSchema}.", handler: s.legacyListTools, response: js, status: 200},
+			route{method: "POST", path: base.path + "/:tool", auth: true, summary: "VSCode plugin REST: call a vscode tool in " + base.which + "; the body is its arguments or JSON-RPC with params.arguments. Answers {status, error}.", handler: s.legacyCall, request: js, response: js, status: 200},
+		)
+	}
+	return rs
 }

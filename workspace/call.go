@@ -311,4 +311,42 @@ func (c *call) Output() func(stream string, data []byte) {
 func (c *call) PolicyChanged()  { c.svc.policyChanged(c.sess.ID) }
 func (c *call) ExecUnenforced() { c.svc.obs.ExecUnenforced() }
 
+func (c *call) State() tool.State {
+	return &state{store: c.svc.cfg.Store, tenant: c.sess.Tenant, id: c.sess.ID}
+}
+
 var _ tool.Env = (*call)(nil)
+
+// state is a session's tool.State in the session store.
+type state struct {
+	store      Store
+	tenant, id string
+}
+
+func (s *state) Get(ctx context.Context, key string, v any) (bool, error) {
+	b, err := s.store.GetState(ctx, s.tenant, s.id, key)
+	if err != nil {
+		return false, fmt.Errorf("session state %s: %w", key, err)
+	}
+	if b == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("session state %s: %w", key, err)
+	}
+	return true, nil
+}
+
+func (s *state) Put(ctx context.Context, key string, v any) error {
+	var b []byte
+	if v != nil {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("session state %s: %w", key, err)
+		}
+	}
+	if err := s.store.PutState(ctx, s.tenant, s.id, key, b); err != nil {
+		return fmt.Errorf("session state %s: %w", key, err)
+	}
+	return nil
+}

@@ -28,10 +28,24 @@ func TestToolScopes(t *testing.T) {
 		auth.ScopeToolsRead: {"readFile", "listFiles", "searchFiles", "findFiles", "gitStatus", "gitDiff", "gitLog", "gitShow",
 			"get_hover", "get_definition", "get_references", "get_diagnostics", "get_completions", "get_document_symbols",
 			"format_document", "workspace_symbol_search", "get_code_actions", "prepare_call_hierarchy", "get_incoming_calls",
-			"get_outgoing_calls", "get_cached_diagnostics", "get_server_logs", "get_server_messages"},
+			"get_outgoing_calls", "get_cached_diagnostics", "get_server_logs", "get_server_messages",
+			// vscode: reads of files, editor state, analysis, git, project, actions
+			"get_open_in_editor_file_text", "get_open_in_editor_file_path", "get_file_text_by_path", "list_files_in_folder",
+			"search_in_files_content", "find_files_by_name_substring", "get_symbols_in_file", "find_references",
+			"get_debugger_breakpoints", "get_run_configurations", "get_project_vcs_status", "find_commit_by_message",
+			"get_file_history", "get_file_diff", "get_branch_info", "get_commit_details", "get_project_modules",
+			"get_project_dependencies", "list_available_actions", "get_progress_indicators"},
 		auth.ScopeToolsWrite: {"writeFile", "editFile", "applyPatch", "deleteFile", "moveFile",
-			"gitCommit", "gitBranch", "gitCheckout", "rename_symbol"},
-		auth.ScopeToolsExec: {"runCommand", "startProcess", "readProcessOutput", "listProcesses", "killProcess"},
+			"gitCommit", "gitBranch", "gitCheckout", "rename_symbol",
+			// vscode: editor state and file changes, breakpoints, repository changes
+			"replace_selected_text", "replace_current_file_text", "open_file_in_editor", "rewrite_file_content",
+			"create_new_file_with_text", "replace_file_content_at_position", "append_file_content", "replace_specific_text",
+			"refactor_code_at_location", "toggle_debugger_breakpoint", "commit_changes", "pull_changes", "switch_branch",
+			"create_branch"},
+		auth.ScopeToolsExec: {"runCommand", "startProcess", "readProcessOutput", "listProcesses", "killProcess",
+			// vscode: the terminal, run configurations and actions that run tasks
+			"execute_terminal_command", "run_command_on_background", "wait", "get_terminal_info",
+			"execute_os_specific_command", "run_configuration", "execute_action_by_id"},
 	}
 	got := map[string][]string{}
 	for _, tl := range workspace.NewCatalog(toolset.All()...).Tools() {

@@ -27,6 +27,13 @@ type Store interface {
 	// AllSessions lists every tenant's sessions (reconcile and reaper).
 	AllSessions(ctx context.Context) ([]*Session, error)
 
+	// GetState returns the value a session's state holds under key (editor state,
+	// breakpoints), nil when unset. A missing session is ErrNotFound.
+	GetState(ctx context.Context, tenant, id, key string) ([]byte, error)
+	// PutState sets a session's state value under key; nil deletes it. A missing session
+	// is ErrNotFound. DeleteSession deletes the session's state with it.
+	PutState(ctx context.Context, tenant, id, key string, value []byte) error
+
 	// Claim sets key to value unless it is set; it returns the value in force and whether
 	// this call set it. Idempotency keys and default sessions use it. ttl 0 means no expiry.
 	Claim(ctx context.Context, key, value string, ttl time.Duration) (current string, claimed bool, err error)

@@ -192,7 +192,7 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 			return nil, rpcError(err)
 		}
 		out := &sdk.CallToolResult{
-			Content:           []sdk.Content{&sdk.TextContent{Text: string(body)}},
+			Content:           []sdk.Content{&sdk.TextContent{Text: Text(res.Value, body)}},
 			StructuredContent: structured(body),
 			IsError:           res.IsError,
 		}
@@ -247,4 +247,19 @@ func structured(body []byte) json.RawMessage {
 		return body
 	}
 	return json.RawMessage(`{"result":` + string(body) + `}`)
+}
+
+// Text is a result's text content: a string result as it is (the vscode toolset's "ok",
+// a file's text, a diff), anything else as its JSON (body). It is exactly what the
+// legacy REST envelope's status carries.
+func Text(v any, body []byte) string {
+	switch s := v.(type) {
+	case string:
+		return s
+	case *string:
+		if s != nil {
+			return *s
+		}
+	}
+	return string(body)
 }

@@ -78,6 +78,7 @@ func (s *Store) DeleteSession(_ context.Context, tenant, id string) error {
 		return notFound(id)
 	}
 	delete(byID, id)
+	delete(s.state, stateKey{tenant, id})
 	if len(byID) == 0 {
 		delete(s.sessions, tenant)
 	}

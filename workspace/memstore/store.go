@@ -40,6 +40,7 @@ type Store struct {
 	mu       sync.Mutex
 	sessions map[string]map[string]*workspace.Session // tenant → id → session
 	claims   map[string]claim
+	state    map[stateKey]map[string][]byte // a session's state: key → value
 	windows  map[string]window
 	audit    []workspace.AuditRecord // ring
 	next     int                     // the ring slot written next
@@ -55,6 +56,7 @@ func New(opts ...Option) *Store {
 		now:      time.Now,
 		sessions: make(map[string]map[string]*workspace.Session),
 		claims:   make(map[string]claim),
+		state:    make(map[stateKey]map[string][]byte),
 		windows:  make(map[string]window),
 		audit:    make([]workspace.AuditRecord, DefaultAuditSize),
 		sweepAt:  minSweep,

@@ -100,3 +100,26 @@ func envAllowed(list []string, name string) bool {
 	}
 	return false
 }
+
+// EnvAllowlist returns the exact variable names every envAllowlist allows, without the
+// names EnvDenied reports: what the terminal's shell may pass on to the programs it
+// starts (it matches exact names only, so "PREFIX*" entries pass no variable there).
+func (e *Effective) EnvAllowlist() []string {
+	out := []string{}
+	if len(e.env) == 0 {
+		return out
+	}
+	for _, name := range e.env[0] {
+		if strings.HasSuffix(name, "*") || EnvDenied(name) || slices.Contains(out, name) {
+			continue
+		}
+		ok := true
+		for _, list := range e.env[1:] {
+			ok = ok && envAllowed(list, name)
+		}
+		if ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}

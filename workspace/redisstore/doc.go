@@ -18,6 +18,10 @@
 //	                                    list order (ties by id).
 //	cws:sessions                SET     "{tenant}/{id}" of every session, for reconcile
 //	                                    and the reaper (AllSessions).
+//	cws:state:{tenant}:{id}     HASH    the session's state (editor state, breakpoints):
+//	                                    field = state key, value = its bytes. Written only
+//	                                    while the session exists (a script checks);
+//	                                    DeleteSession deletes it with the session.
 //	cws:claim:{key}             STRING  the value in force; PX TTL when claimed with one.
 //	cws:rate:{key}:{start}      STRING  INCR counter of the fixed window starting at
 //	                                    {start} (Unix milliseconds, aligned to the epoch);

@@ -26,10 +26,12 @@ redis.call('SADD', KEYS[3], ARGV[5])
 return 0
 `)
 
-// deleteScript removes a session and its index entries; it returns how many session
-// keys it deleted (0 or 1). KEYS: session, tenant zset, all set. ARGV: id, "tenant/id".
+// deleteScript removes a session, its index entries and its state hash; it returns how
+// many session keys it deleted (0 or 1). KEYS: session, tenant zset, all set, state.
+// ARGV: id, "tenant/id".
 var deleteScript = redis.NewScript(`
 local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[2])
 return n
@@ -147,7 +149,7 @@ func (s *Store) DeleteSession(ctx context.Context, tenant, id string) error {
 	if !validTenant(tenant) {
 		return notFound(id)
 	}
-	keys := []string{s.sessionKey(tenant, id), s.tenantKey(tenant), s.allKey()}
+	keys := []string{s.sessionKey(tenant, id), s.tenantKey(tenant), s.allKey(), s.stateKey(tenant, id)}
 	n, err := deleteScript.Run(ctx, s.rdb, keys, id, tenant+"/"+id).Int()
 	if err != nil {
 		return s.fail("delete session", err)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -187,4 +188,42 @@ func checkAudit(t *testing.T, got, want []workspace.AuditRecord) {
 
 func testPing(t *testing.T, s workspace.Store) {
 	must(t, "ping", s.Ping(t.Context()))
+}
+
+func testState(t *testing.T, s workspace.Store) {
+	ctx := t.Context()
+	sess := &workspace.Session{ID: "st1", Tenant: "acme", CreatedAt: time.Now()}
+	if _, err := s.GetState(ctx, "acme", "st1", "editor"); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("GetState of a missing session: %v, want ErrNotFound", err)
+	}
+	if err := s.PutState(ctx, "acme", "st1", "editor", []byte("x")); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("PutState of a missing session: %v, want ErrNotFound", err)
+	}
+	must(t, "create", s.CreateSession(ctx, sess, 0))
+	v, err := s.GetState(ctx, "acme", "st1", "editor")
+	must(t, "get unset", err)
+	if v != nil {
+		t.Fatalf("unset state = %q, want nil", v)
+	}
+	must(t, "put", s.PutState(ctx, "acme", "st1", "editor", []byte(`{"active":"a.go"}`)))
+	must(t, "put other key", s.PutState(ctx, "acme", "st1", "breakpoints", []byte(`[]`)))
+	if v, err := s.GetState(ctx, "acme", "st1", "editor"); err != nil || string(v) != `{"active":"a.go"}` {
+		t.Fatalf("state = %q, %v", v, err)
+	}
+	if _, err := s.GetState(ctx, "globex", "st1", "editor"); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("another tenant's state: %v, want ErrNotFound", err)
+	}
+	must(t, "overwrite", s.PutState(ctx, "acme", "st1", "editor", []byte(`{}`)))
+	if v, _ := s.GetState(ctx, "acme", "st1", "editor"); string(v) != `{}` {
+		t.Fatalf("overwritten state = %q", v)
+	}
+	must(t, "delete key", s.PutState(ctx, "acme", "st1", "editor", nil))
+	if v, _ := s.GetState(ctx, "acme", "st1", "editor"); v != nil {
+		t.Fatalf("deleted state = %q", v)
+	}
+	must(t, "delete session", s.DeleteSession(ctx, "acme", "st1"))
+	must(t, "recreate", s.CreateSession(ctx, sess, 0))
+	if v, err := s.GetState(ctx, "acme", "st1", "breakpoints"); err != nil || v != nil {
+		t.Fatalf("state after the session was deleted and recreated = %q, %v; want nil", v, err)
+	}
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) workspace.Store) {
 		{"AllowCounts", testAllowCounts},
 		{"AllowWindowEnds", testAllowWindowEnds},
 		{"Audit", testAudit},
+		{"State", testState},
 		{"Ping", testPing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

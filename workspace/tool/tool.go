@@ -115,6 +115,17 @@ type Env interface {
 	// ExecUnenforced counts a command that ran without the Landlock launcher enforcing
 	// its allowlist (the sandbox has no Landlock).
 	ExecUnenforced()
+	// State is the session's small key/value state in the session store (editor state,
+	// breakpoints): it survives a cws restart on Redis and every replica sees it.
+	State() State
+}
+
+// State is a session's per-toolset state, JSON values by key.
+type State interface {
+	// Get decodes key's value into v and reports whether it was set.
+	Get(ctx context.Context, key string, v any) (bool, error)
+	// Put stores v as key's value (JSON); nil deletes it.
+	Put(ctx context.Context, key string, v any) error
 }
 
 // Defaults maps dotted property paths ("options.atomic") to default values shown in the

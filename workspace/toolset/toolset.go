@@ -5,15 +5,18 @@ package toolset
 
 import (
 	"context"
+	"slices"
 
 	"github.com/cwsdev/cws/workspace/tool"
 	"github.com/cwsdev/cws/workspace/toolset/core"
 	"github.com/cwsdev/cws/workspace/toolset/lsp"
+	"github.com/cwsdev/cws/workspace/toolset/vscode"
 )
 
-// All returns every tool of every toolset: core, then lsp, then vscode.
+// All returns every tool of every toolset, in policy.AllToolsets' order: core, vscode,
+// then lsp.
 func All() []*tool.Tool {
-	return append(core.Tools(), lsp.Tools()...)
+	return slices.Concat(core.Tools(), vscode.Tools(), lsp.Tools())
 }
 
 // Diff is the REST diff (core.Diff).

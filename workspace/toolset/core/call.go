@@ -29,7 +29,7 @@ func newCall(env tool.Env) *call {
 
 // NewCall exposes a core call over env to other toolsets' operations that share core's
 // (the vscode toolset's git and file tools).
-func NewCall(env tool.Env) *call { return newCall(env) } //nolint:revive
+func NewCall(env tool.Env) *Call { return newCall(env) }
 
 // def builds a core tool whose body takes a *call.
 func def[A, R any](name, title, desc string, k tool.Kind, dflt tool.Defaults, fn func(ctx context.Context, c *call, a *A) (*R, error)) *tool.Tool {

@@ -360,11 +360,7 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 			return nil, err
 		}
 	}
-	ident := []string{}
-	if email, _ := c.git(ctx, nil, "config", "user.email"); strings.TrimSpace(email) == "" {
-		ident = []string{"-c", "user.name=" + c.env.Caller().Subject, "-c", "user.email=" + c.env.Caller().Subject + "@cws.invalid"}
-	}
-	out, err := c.git(ctx, []byte(a.Message), append(ident, "commit", "--no-verify", "-F", "-")...)
+	out, err := c.git(ctx, []byte(a.Message), append(c.ident(ctx), "commit", "--no-verify", "-F", "-")...)
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +369,14 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 		return nil, err
 	}
 	return &GitCommitResult{Commit: strings.TrimSpace(hash), Summary: strings.TrimSpace(out)}, nil
+}
+
+// ident names the committer with -c options when the repository has no user.email.
+func (c *call) ident(ctx context.Context) []string {
+	if email, _ := c.git(ctx, nil, "config", "user.email"); strings.TrimSpace(email) != "" {
+		return []string{}
+	}
+	return []string{"-c", "user.name=" + c.env.Caller().Subject, "-c", "user.email=" + c.env.Caller().Subject + "@cws.invalid"}
 }
 
 type GitBranchArgs struct {
