@@ -141,3 +141,13 @@ func (b *BoundedStore) Ping(ctx context.Context) error {
 
 // Close closes the wrapped store.
 func (b *BoundedStore) Close() error { return b.inner.Close() }
+
+// GetState is Store.GetState, bounded.
+func (b *BoundedStore) GetState(ctx context.Context, tenant, id, key string) ([]byte, error) {
+	return bound(b, ctx, "get state", func(ctx context.Context) ([]byte, error) { return b.inner.GetState(ctx, tenant, id, key) })
+}
+
+// PutState is Store.PutState, bounded.
+func (b *BoundedStore) PutState(ctx context.Context, tenant, id, key string, value []byte) error {
+	return bound0(b, ctx, "put state", func(ctx context.Context) error { return b.inner.PutState(ctx, tenant, id, key, value) })
+}
