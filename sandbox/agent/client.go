@@ -205,10 +205,10 @@ func deduplicated(op string) bool {
 	return false
 }
 
-// command ops start processes: never retried, since they are not idempotent and an id
-// cannot make a half-run command whole.
+// Command ops start processes (a terminal's command line included): never retried,
+// since they are not idempotent and an id cannot make a half-run command whole.
 func command(op string) bool {
-	return op == OpExec || op == OpProcStart
+	return op == OpExec || op == OpProcStart || op == OpTermRun
 }
 
 func newRequestID() string {

@@ -34,7 +34,8 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventEOF    = "eof"
-	// EventStarted precedes a command's (exec, proc.start) run; the client consumes it.
+	// EventStarted precedes a command's (exec, proc.start, term.run) run; the client
+	// consumes it.
 	EventStarted = "started"
 )
 

@@ -16,6 +16,10 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 	}
 	if c.State != nil && c.State.Paused {
 		if err := d.cli.ContainerUnpause(ctx, c.ID); err != nil {
+			// Unpaused by someone else meanwhile (the reconciler, another replica)?
+			if now, ierr := d.cli.ContainerInspect(ctx, c.ID); ierr == nil && now.State != nil && !now.State.Paused {
+				return nil
+			}
 			return notFound("unpause sandbox", id, err)
 		}
 		return nil

@@ -234,7 +234,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	if !ok {
 		err = agent.Errorf(agent.CodeInvalid, "", "unknown operation %q", h.Op)
 	} else {
-		if h.Op == agent.OpExec || h.Op == agent.OpProcStart {
+		if h.Op == agent.OpExec || h.Op == agent.OpProcStart || h.Op == agent.OpTermRun {
 			_ = r.send(&agent.Header{Event: agent.EventStarted}, nil)
 		}
 		res, err = op(ctx, h.Args, body, r)
