@@ -70,6 +70,9 @@ var (
 	tenantBeta  = "beta-" + runID
 	tenantChurn = "churn-" + runID
 	tenantEdge  = "edge-" + runID // EdDSA only: HS256 tokens "signed" with its public key must fail
+	// vscode's tenant allows what its run configurations and terminal tests run, and the
+	// wrappers whose hidden programs the terminal must refuse (touch is not allowed).
+	tenantVSCode = "vsc-" + runID
 )
 
 func randomHex(n int) string {
@@ -95,6 +98,13 @@ const acmePolicy = `{
   "maxSessions": 10
 }`
 
+const vscodePolicy = `{
+  "allowedPaths": ["**"],
+  "deniedPaths": [".env", "secret/**"],
+  "allowedCommands": ["sh", "echo", "ls", "cat", "sleep", "git", "env", "xargs", "find", "python3", "node", "go", "make", "npm"],
+  "maxSessions": 10
+}`
+
 const betaPolicy = `{
   "allowedPaths": ["**"],
   "allowedCommands": ["echo", "ls", "cat"],
@@ -111,7 +121,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	fx := &fixture{path: filepath.Join(dir, "tenants.yaml"), secrets: map[string][]byte{}, kids: map[string]string{}}
-	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn} {
+	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn, tenantVSCode} {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		fx.secrets[id] = []byte(hex.EncodeToString(b))
@@ -135,6 +145,7 @@ func newFixture(t testing.TB) *fixture {
 	write("acme.cws-policy.json", acmePolicy)
 	write("beta.cws-policy.json", betaPolicy)
 	write("churn.cws-policy.json", churnPolicy)
+	write("vscode.cws-policy.json", vscodePolicy)
 	write("edge.pub", string(fx.edgePub))
 	write("tenants.yaml", fmt.Sprintf(`tenants:
   - id: %[1]s
@@ -158,7 +169,13 @@ func newFixture(t testing.TB) *fixture {
     keys:
       - {kid: %[11]s, alg: EdDSA, publicKeyFile: edge.pub}
 `, tenantAcme, fx.kids[tenantAcme], fx.secrets[tenantAcme], tenantBeta, fx.kids[tenantBeta], fx.secrets[tenantBeta],
-		tenantChurn, fx.kids[tenantChurn], fx.secrets[tenantChurn], tenantEdge, fx.kids[tenantEdge]))
+		tenantChurn, fx.kids[tenantChurn], fx.secrets[tenantChurn], tenantEdge, fx.kids[tenantEdge])+
+		fmt.Sprintf(`  - id: %[1]s
+    issuer: vscode-platform
+    keys:
+      - {kid: %[2]s, alg: HS256, secret: %[3]q}
+    policy: vscode.cws-policy.json
+`, tenantVSCode, fx.kids[tenantVSCode], fx.secrets[tenantVSCode]))
 	fx.tenants, err = auth.LoadTenants(fx.path)
 	if err != nil {
 		t.Fatalf("load the fixture's tenants: %v", err)

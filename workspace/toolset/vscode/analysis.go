@@ -267,10 +267,15 @@ func (c *call) extract(ctx context.Context, a *RefactorArgs, o *RefactorOption) 
 		"end_line": endLine + 1, "end_character": endChar + 1, "kind_filter": "refactor"}, &actions); err != nil {
 		return nil, err
 	}
+	var commandOnly []string
 	for _, ca := range actions {
 		title := strings.ToLower(ca.Title)
 		match := strings.HasPrefix(ca.Kind, want) || (strings.HasPrefix(ca.Kind, "refactor.extract") && strings.Contains(title, word))
-		if !match || ca.Edit == nil || len(ca.Edit.Changes) == 0 {
+		if !match {
+			continue
+		}
+		if ca.Edit == nil || len(ca.Edit.Changes) == 0 {
+			commandOnly = append(commandOnly, ca.Title)
 			continue
 		}
 		files, err := c.apply(ctx, *ca.Edit)
@@ -279,6 +284,11 @@ func (c *call) extract(ctx context.Context, a *RefactorArgs, o *RefactorOption) 
 		}
 		return &Refactored{Success: true, Message: "Applied: " + ca.Title, Files: files}, nil
 	}
-	return nil, fail("no_refactoring", "the language server offers no %s refactoring with edits for %s:%d:%d-%d:%d", strings.ReplaceAll(a.RefactorType, "_", " "),
-		a.PathInProject, a.Line, a.Character, endLine, endChar)
+	what := strings.ReplaceAll(a.RefactorType, "_", " ")
+	if len(commandOnly) > 0 {
+		return nil, fail("no_refactoring", "the language server offers %q for %s:%d:%d-%d:%d only as a command to run, not as edits: no %s refactoring was applied",
+			commandOnly, a.PathInProject, a.Line, a.Character, endLine, endChar, what)
+	}
+	return nil, fail("no_refactoring", "the language server offers no %s refactoring for %s:%d:%d-%d:%d (select whole statements or an expression with options.endLine/endCharacter)",
+		what, a.PathInProject, a.Line, a.Character, endLine, endChar)
 }

@@ -43,8 +43,8 @@ type runConfig struct {
 	Err    string // why it cannot run (an unsupported type, a compound shell command)
 }
 
-// readOptional reads a workspace file as text; a missing (or unreadable by policy)
-// file is "".
+// readOptional reads a workspace file as text; a missing file, or one the policy denies,
+// is absent. Any other error (too large, binary, the agent) is an error.
 func (c *call) readOptional(ctx context.Context, rel string) (string, bool, error) {
 	text, err := c.readText(ctx, rel)
 	if err == nil {
@@ -54,11 +54,11 @@ func (c *call) readOptional(ctx context.Context, rel string) (string, bool, erro
 		return "", false, nil
 	}
 	var we *agent.WireError
-	if errors.As(err, &we) {
-		return "", false, nil // denied or outside: as if absent
+	if errors.As(err, &we) && (we.Code == agent.CodeDenied || we.Code == agent.CodeTraversal) {
+		return "", false, nil // denied, or a link out of the workspace: as if absent
 	}
 	var v *policy.Violation
-	if errors.As(err, &v) {
+	if errors.As(err, &v) && (errors.Is(err, policy.ErrPolicy) || errors.Is(err, policy.ErrTraversal)) {
 		return "", false, nil
 	}
 	return "", false, err
