@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/cwsdev/cws/api/mcp"
 	"github.com/cwsdev/cws/auth"
@@ -38,6 +39,7 @@ var statuses = []struct {
 }{
 	{auth.ErrInvalidToken, http.StatusUnauthorized, "unauthorized"},
 	{workspace.ErrNotFound, http.StatusNotFound, "not_found"},
+	{workspace.ErrSessionLost, http.StatusGone, "session_lost"},
 	{workspace.ErrTraversal, http.StatusBadRequest, "path_traversal"},
 	{workspace.ErrCommand, http.StatusForbidden, "command_not_allowed"},
 	{workspace.ErrConfirm, http.StatusPreconditionRequired, "confirmation_required"},
@@ -81,6 +83,11 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 		d.Message = http.StatusText(status)
 		if status == http.StatusServiceUnavailable {
 			d.Message = "temporarily unavailable, retry shortly"
+			c.Header("Retry-After", strconv.Itoa(mcp.RetryAfterSeconds))
+			var in *workspace.Interrupted
+			if errors.As(err, &in) { // says only whether the command ran: no cause leaks
+				d.Message = in.Error()
+			}
 		}
 	}
 	c.AbortWithStatusJSON(status, ErrorBody{Error: d})

@@ -73,8 +73,9 @@ func TestArchiveUploadAllOrNothing(t *testing.T) {
 		{"file through the archive's symlink", refused(tartest.Symlink("link", "src"), tartest.File("link/x", "x")), http.StatusBadRequest, "path_traversal"},
 		{"symlink to /etc", refused(tartest.Symlink("link", "/etc"), tartest.File("link/x", "x")), http.StatusBadRequest, "path_traversal"},
 		{"symlink out of the workspace", refused(tartest.Symlink("out", "../etc/passwd")), http.StatusBadRequest, "path_traversal"},
-		{"denied file", refused(tartest.File(".env", "TOKEN=mine\n")), http.StatusForbidden, "policy_violation"},
-		{"hard link to a denied file", refused(tartest.Hardlink("copy", ".env")), http.StatusForbidden, "policy_violation"},
+		// The archive scope moves the whole tree (deniedPaths guard the agent's tools), so a
+		// denied name is no refusal here; a hard link must still name an earlier entry.
+		{"hard link to a workspace file", refused(tartest.Hardlink("copy", ".env")), http.StatusBadRequest, "invalid_params"},
 		{"hard link out of the workspace", refused(tartest.Hardlink("copy", "../../etc/passwd")), http.StatusBadRequest, "path_traversal"},
 		{"hard link to a missing file", refused(tartest.Hardlink("copy", "nowhere")), http.StatusBadRequest, "invalid_params"},
 		{"fifo", refused(tartest.Entry{Name: "fifo", Type: tar.TypeFifo}), http.StatusBadRequest, "invalid_params"},

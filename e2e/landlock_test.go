@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
@@ -197,7 +198,7 @@ func newLandlockEnv(t *testing.T) *landlockEnv {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	for _, tenant := range []string{llGit, llNone, llTools, llOpen} {
-		caller := workspace.Caller{Tenant: tenant + "-" + runID, Subject: "landlock"}
+		caller := workspace.Caller{Tenant: tenant + "-" + runID, Subject: "landlock", Scopes: auth.AllScopes()}
 		s, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
 		if err != nil {
 			t.Fatalf("create a session of %s: %v", tenant, err)
@@ -212,7 +213,7 @@ func newLandlockEnv(t *testing.T) *landlockEnv {
 }
 
 func (e *landlockEnv) caller(tenant string) workspace.Caller {
-	return workspace.Caller{Tenant: tenant + "-" + runID, Subject: "landlock"}
+	return workspace.Caller{Tenant: tenant + "-" + runID, Subject: "landlock", Scopes: auth.AllScopes()}
 }
 
 // tool calls a tool that must succeed and returns its value as JSON.

@@ -3,18 +3,24 @@ package e2e_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox"
 )
 
 // TestReconcileScope is TestRestart's orphan check without Docker: Reconcile removes
-// a sandbox of a served tenant that the store does not know, counts it, and leaves
-// alone a sandbox of a tenant it does not serve (another cws on the same engine).
+// an expired sandbox of a served tenant that the store does not know, counts it,
+// adopts a live one, and leaves alone a sandbox of a tenant it does not serve (another
+// cws on the same engine).
 func TestReconcileScope(t *testing.T) {
 	fx := newFixture(t)
 	p := newInproc(t, fx)
 	ctx := context.Background()
-	orphan, err := p.local.Create(ctx, sandbox.Spec{Session: "s-orphan", Tenant: tenantAcme, Image: "local"})
+	orphan, err := p.local.Create(ctx, sandbox.Spec{Session: "s-orphan", Tenant: tenantAcme, Image: "local", Expires: time.Now().Add(-time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := p.local.Create(ctx, sandbox.Spec{Session: "s-live", Tenant: tenantAcme, Subject: "ghost", Image: "local"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +28,7 @@ func TestReconcileScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.svc.Reconcile(ctx, false); err != nil {
+	if err := p.svc.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	left := map[string]bool{}
@@ -32,6 +38,9 @@ func TestReconcileScope(t *testing.T) {
 	}
 	if left[orphan.ID] {
 		t.Errorf("the served tenant's orphan %s was not removed", orphan.ID)
+	}
+	if !left[live.ID] {
+		t.Errorf("the served tenant's live sandbox %s was removed, not adopted", live.ID)
 	}
 	if !left[foreign.ID] {
 		t.Errorf("the sandbox of a tenant this cws does not serve was removed")

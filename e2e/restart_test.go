@@ -16,8 +16,9 @@ import (
 
 // TestRestart SIGKILLs `cws serve` and starts it again on the same Redis: the session,
 // its files and its background process are still there and usable; a container with
-// cws labels (and this run's instance) that the store does not know is reaped at
-// startup and counted; a container of a tenant this cws does not serve is left alone.
+// cws labels (and this run's instance) that the store does not know and whose expiry
+// has passed is reaped at startup and counted (a live one would be adopted: see
+// TestFaultFlushAll); a container of a tenant this cws does not serve is left alone.
 func TestRestart(t *testing.T) {
 	requireRealDeps(t)
 	fx := newFixture(t)
@@ -52,7 +53,7 @@ func TestRestart(t *testing.T) {
 	orphan := fmt.Sprintf("s-orphan%s", randomHex(6))
 	foreign := fmt.Sprintf("s-foreign%s", randomHex(6))
 	for _, spec := range []sandbox.Spec{
-		{Session: orphan, Tenant: tenantAcme, Subject: "ghost", Image: version.WorkspaceImage},
+		{Session: orphan, Tenant: tenantAcme, Subject: "ghost", Image: version.WorkspaceImage, Expires: time.Now().Add(-time.Minute)},
 		{Session: foreign, Tenant: "other-" + runID, Subject: "someone", Image: version.WorkspaceImage},
 	} {
 		info, err := drv.Create(ctx, spec)

@@ -59,10 +59,17 @@ var instance = "e2e-" + runID
 // On failure the test prints the server's log.
 func startCWS(t testing.TB, fx *fixture, redisURL, addr string) *cwsProc {
 	t.Helper()
+	return startCWSWith(t, fx, redisURL, addr)
+}
+
+// startCWSWith is startCWS with extra flags, which override the defaults above.
+func startCWSWith(t testing.TB, fx *fixture, redisURL, addr string, extra ...string) *cwsProc {
+	t.Helper()
 	logs := &syncBuffer{}
-	cmd := exec.Command(cwsBinary, "serve",
+	args := []string{"serve",
 		"--addr", addr, "--tenants", fx.path, "--redis-url", redisURL,
-		"--agent-binary", agentBinary, "--instance", instance, "--reap-every", "1h", "--drain-timeout", "5s")
+		"--agent-binary", agentBinary, "--instance", instance, "--reap-every", "1h", "--drain-timeout", "5s"}
+	cmd := exec.Command(cwsBinary, append(args, extra...)...)
 	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logs, logs
 	dieWithParent(cmd)

@@ -36,6 +36,7 @@ type Metrics struct {
 	denials       *prometheus.CounterVec
 	authFailures  *prometheus.CounterVec
 	reaped        *prometheus.CounterVec
+	rel           reliability // reliability.go
 	unenforced    prometheus.Counter
 }
 
@@ -43,6 +44,7 @@ type Metrics struct {
 const (
 	ReapExpired = "expired" // the session passed its deadline
 	ReapOrphan  = "orphan"  // a managed container without a session
+	ReapLost    = "lost"    // a session whose container was removed behind cws's back
 )
 
 // New registers cws's metrics on reg and returns them. It also registers the Go and
@@ -101,7 +103,8 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		Help:        "Always 1; the labels identify the build.",
 		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": runtime.Version()},
 	}).Set(1)
-	for _, reason := range []string{ReapExpired, ReapOrphan} {
+	m.rel = newReliability(f)
+	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost} {
 		m.reaped.WithLabelValues(reason)
 	}
 	if reg != nil {

@@ -3,7 +3,10 @@
 // Drivers (sandbox/docker) implement the lifecycle; the agent (sandbox/agent) runs inside.
 package sandbox
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Labels every managed container and volume carries.
 const (
@@ -15,6 +18,16 @@ const (
 	LabelSubject  = "cws.sub"      // the JWT subject that created the session
 	LabelImage    = "cws.image"    // the workspace image, as requested
 	LabelAgent    = "cws.agent"    // on the agent volume: the agent's version-hash
+	LabelDefault  = "cws.default"  // "true" on the caller's default session (/mcp without a session claim)
+)
+
+// Errors drivers return, wrapped with context. Compare with errors.Is.
+var (
+	// ErrNotFound: the sandbox (container) does not exist: it was removed.
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrStopped: the sandbox exists but is not running (an engine restart, a docker
+	// stop); Start brings it back with its workspace.
+	ErrStopped = errors.New("sandbox is not running")
 )
 
 // WorkspaceDir is where the session's workspace volume is mounted.
@@ -35,6 +48,12 @@ type Spec struct {
 	Env     map[string]string
 	Labels  map[string]string // extra labels; the cws.* ones above always win
 	Limits  Limits
+	Default bool // the caller's default session: labelled cws.default=true for re-adoption
+
+	// WorkspaceTmpfsBytes, for tests only, mounts /workspace as a tmpfs of this size
+	// instead of the session's volume, so that a full disk can be provoked. Its files
+	// die with the container. Zero (always, in production) means the volume.
+	WorkspaceTmpfsBytes int64
 }
 
 // Limits are the sandbox's resource limits. Zero means the driver default.
@@ -57,4 +76,9 @@ type Info struct {
 	Expires time.Time
 	Running bool
 	Volume  string // the workspace volume's name
+	// Default marks the caller's default session (label cws.default=true).
+	Default bool
+	// Deleted marks a sandbox whose removal has begun (the driver marks it first), or
+	// that the engine is removing: it must never be adopted again.
+	Deleted bool
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,11 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 		return nil, err
 	}
 	res, err := s.run(ctx, t, sess, caller, args, opts)
+	if err == nil {
+		s.renew(ctx, sess)
+	} else {
+		s.noteLost(ctx, sess, err)
+	}
 	s.done(start, caller, sess.ID, t, res, err)
 	return res, err
 }
@@ -177,6 +183,9 @@ var asFailure = tool.AsFailure
 func mapAgentError(err error) error {
 	var we *agent.WireError
 	if !errors.As(err, &we) {
+		if f, ok := mapFault(err); ok {
+			return f
+		}
 		if errors.Is(err, agent.ErrUnavailable) || errors.Is(err, agent.ErrVersion) {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -188,7 +197,7 @@ func mapAgentError(err error) error {
 	case agent.CodeDenied:
 		return &policy.Violation{Err: ErrPolicy, Path: we.Path, Rule: we.Rule, Detail: we.Message}
 	case agent.CodeTooLarge:
-		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: "maxFileSize", Detail: we.Message}
+		return &policy.Violation{Err: ErrTooLarge, Path: we.Path, Rule: cmp.Or(we.Rule, "maxFileSize"), Detail: we.Message}
 	case agent.CodeInvalid:
 		return &policy.Violation{Err: ErrInvalid, Path: we.Path, Detail: we.Message, Data: we.Data}
 	case agent.CodeCommand:

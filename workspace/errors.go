@@ -15,6 +15,10 @@ var (
 	ErrRateLimited = errors.New("rate limit exceeded")
 	ErrUnavailable = errors.New("temporarily unavailable")
 	ErrForbidden   = errors.New("forbidden")
+	// ErrSessionLost: the session's sandbox was removed behind cws's back (its
+	// container is gone), so its files are gone too. The session is never recreated
+	// under the same id; the caller starts a new one.
+	ErrSessionLost = errors.New("session lost: its sandbox was removed")
 
 	// The policy's errors, one per code of the seed's catalogue.
 	ErrInvalid   = policy.ErrInvalid   // -32602
@@ -24,3 +28,20 @@ var (
 	ErrCommand   = policy.ErrCommand   // -32004
 	ErrConfirm   = policy.ErrConfirm   // -32005
 )
+
+// Interrupted is a command whose connection to its sandbox broke before it answered.
+// Commands are never run again behind the caller's back; Started says whether it had
+// begun (it was then stopped). It matches ErrUnavailable: the caller may retry it if
+// running it again is safe.
+type Interrupted struct {
+	Started bool
+}
+
+func (e *Interrupted) Error() string {
+	if e.Started {
+		return "the connection to the workspace broke while the command ran: it had started and was stopped; it was not run again"
+	}
+	return "the connection to the workspace broke before the command started: it did not run"
+}
+
+func (e *Interrupted) Unwrap() error { return ErrUnavailable }

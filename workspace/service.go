@@ -5,6 +5,8 @@ package workspace
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -17,9 +19,12 @@ import (
 )
 
 // Sandboxes is the sandbox driver as the Service uses it (sandbox/docker implements it).
+// Attach fails with sandbox.ErrStopped for a stopped sandbox and sandbox.ErrNotFound
+// for a removed one; Start starts a stopped sandbox again (a no-op when it runs).
 type Sandboxes interface {
 	Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error)
 	Attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	Start(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
 	List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error)
 }
@@ -34,6 +39,15 @@ type Observer interface {
 	// ExecUnenforced counts a command started with an exec policy that the sandbox
 	// could not enforce (no Landlock).
 	ExecUnenforced()
+}
+
+// FaultObserver is what an Observer may also implement to receive what the Service
+// does about faults (metrics.Metrics does).
+type FaultObserver interface {
+	// Restarted counts stopped sandboxes started again, by who noticed ("call", "reconcile").
+	Restarted(by string)
+	// Adopted counts sessions taken back into the store from their containers' labels.
+	Adopted()
 }
 
 // Tenants gives a tenant's policy: the ceiling every session of it is held to.
@@ -63,6 +77,11 @@ type Config struct {
 	ReadyTimeout   time.Duration // how long a new sandbox may take to answer; zero means 60 s
 	PolicyTTL      time.Duration // how long a workspace .cws-policy.json is cached; zero means 1 s
 	Now            func() time.Time
+
+	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
+	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
+	// be provoked. Zero, always in production, means the session's volume.
+	TestWorkspaceTmpfsBytes int64
 }
 
 // Caller is who is calling: the tenant, subject and scopes of a verified token.
@@ -79,6 +98,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	obs     Observer
+	fobs    FaultObserver
 	catalog *Catalog
 	audit   chan AuditRecord
 
@@ -118,7 +138,7 @@ func New(cfg Config) *Service {
 		cfg.PolicyTTL = time.Second
 	}
 	s := &Service{
-		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer,
+		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
 		catalog: NewCatalog(cfg.Tools...),
 		audit:   make(chan AuditRecord, 4096),
 		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
@@ -147,13 +167,31 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 	defer s.mu.Unlock()
 	c, ok := s.agents[sandboxID]
 	if !ok {
-		sb := s.cfg.Sandboxes
 		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
-			return sb.Attach(ctx, sandboxID)
+			return s.attach(ctx, sandboxID)
 		}, versionString(), s.log.With("sandbox", sandboxID))
 		s.agents[sandboxID] = c
 	}
 	return c
+}
+
+// attach opens a stream to a sandbox's agent. A stopped sandbox (an engine restart, a
+// docker stop) is started again first: its volume, and so its files, are intact. A
+// removed one is ErrSessionLost.
+func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteCloser, error) {
+	conn, err := s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	if errors.Is(err, sandbox.ErrStopped) {
+		s.log.Warn("sandbox is stopped, starting it again", "sandbox", sandboxID)
+		if err := s.cfg.Sandboxes.Start(ctx, sandboxID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return nil, fmt.Errorf("start stopped sandbox: %w", err)
+		}
+		s.fobs.Restarted("call")
+		conn, err = s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	}
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrSessionLost, err)
+	}
+	return conn, err
 }
 
 func (s *Service) forgetAgent(sandboxID string) {
@@ -183,4 +221,14 @@ func (nopObserver) PolicyDenial(string)                    {}
 func (nopObserver) SessionCreated(time.Duration)           {}
 func (nopObserver) SessionsActive(int)                     {}
 func (nopObserver) Reaped(string)                          {}
-func (nopObserver) ExecUnenforced()                        {}
+func (nopObserver) Restarted(string)                       {}
+func (nopObserver) Adopted()                               {}
+
+// faults returns the Observer's FaultObserver side, or one that drops everything.
+func faults(o Observer) FaultObserver {
+	if f, ok := o.(FaultObserver); ok {
+		return f
+	}
+	return nopObserver{}
+}
+func (nopObserver) ExecUnenforced() {}

@@ -7,6 +7,7 @@ const (
 	StateCreating = "creating" // recorded before the sandbox exists, so a crash leaves a trace
 	StateReady    = "ready"
 	StateFailed   = "failed"
+	StateLost     = "lost" // its container was removed behind cws's back; calls answer ErrSessionLost
 )
 
 // Session is one agent's workspace: a sandbox owned by a tenant.

@@ -22,6 +22,7 @@ type CreateRequest struct {
 	Env            map[string]string `json:"env,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	IdempotencyKey string            `json:"-"`
+	defaultSession bool              // the caller's default session: its container says so
 }
 
 // idempotencyTTL is how long an Idempotency-Key keeps answering with its session.
@@ -121,7 +122,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		_ = s.cfg.Store.DeleteSession(bg, sess.Tenant, sess.ID)
 		return cause
 	}
-	info, err := s.cfg.Sandboxes.Create(ctx, s.spec(sess, tp, req.Env))
+	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(sess, tp, req.Env, req.defaultSession)))
 	if err != nil {
 		return nil, cleanup(fmt.Errorf("%w: create sandbox: %v", ErrUnavailable, err))
 	}
@@ -158,7 +159,7 @@ func (s *Service) image(tp *policy.Policy, want string) (string, error) {
 	return want, nil
 }
 
-func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string) sandbox.Spec {
+func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string, dflt bool) sandbox.Spec {
 	lim := s.cfg.DefaultLimits
 	if l := tp.Limits; l != nil {
 		if l.CPUs > 0 {
@@ -178,7 +179,13 @@ func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string) 
 		}
 	}
 	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Subject: sess.Subject, Image: sess.Image, Expires: sess.ExpiresAt,
-		Network: tp.Network, Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim}
+		Network: tp.Network, Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim, Default: dflt}
+}
+
+// withTestSpec applies the test-only Config knobs to a Spec.
+func (s *Service) withTestSpec(spec sandbox.Spec) sandbox.Spec {
+	spec.WorkspaceTmpfsBytes = s.cfg.TestWorkspaceTmpfsBytes
+	return spec
 }
 
 // waitReady pings the new sandbox's agent until it answers.
@@ -199,7 +206,8 @@ func (s *Service) waitReady(ctx context.Context, sandboxID string) error {
 	}
 }
 
-// GetSession returns one of caller's sessions.
+// GetSession returns one of caller's sessions. One the store forgot but whose
+// container lives is adopted first.
 func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Session, error) {
 	if err := caller.need(auth.ScopeSessions, "reading a session"); err != nil {
 		return nil, err
@@ -217,6 +225,9 @@ func (s *Service) SessionFor(ctx context.Context, caller Caller, id string) (*Se
 // getSession returns one of caller's live sessions; an expired one is ErrNotFound.
 func (s *Service) getSession(ctx context.Context, caller Caller, id string) (*Session, error) {
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	if errors.Is(err, ErrNotFound) && s.adoptByID(ctx, caller.Tenant, id) {
+		sess, err = s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +279,9 @@ func (s *Service) DeleteSession(ctx context.Context, caller Caller, id string) e
 		return err
 	}
 	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	if errors.Is(err, ErrNotFound) && s.adoptByID(ctx, caller.Tenant, id) {
+		sess, err = s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -311,7 +325,10 @@ func (s *Service) defaultSession(ctx context.Context, caller Caller) (*Session, 
 			if !ok {
 				return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, caller.Tenant)
 			}
-			sess, err := s.create(ctx, caller, tp, id, CreateRequest{})
+			if s.adoptDefault(ctx, caller, id) {
+				continue // the store had lost the claim, not the session: it is back
+			}
+			sess, err := s.create(ctx, caller, tp, id, CreateRequest{defaultSession: true})
 			if err != nil {
 				_ = s.cfg.Store.Release(context.WithoutCancel(ctx), key, id)
 			}
@@ -325,6 +342,28 @@ func (s *Service) defaultSession(ctx context.Context, caller Caller) (*Session, 
 		return sess, err
 	}
 	return nil, fmt.Errorf("%w: default session of %s kept disappearing", ErrUnavailable, caller.Subject)
+}
+
+// adoptDefault looks on the engine for caller's live default session that the store
+// forgot (it lost its data), and adopts it with its claim. It reports whether it did.
+func (s *Service) adoptDefault(ctx context.Context, caller Caller, claimed string) bool {
+	boxes, err := s.cfg.Sandboxes.List(ctx, map[string]string{sandbox.LabelTenant: caller.Tenant,
+		sandbox.LabelSubject: caller.Subject, sandbox.LabelDefault: "true"})
+	if err != nil {
+		return false
+	}
+	key := defaultKey(caller.Tenant, caller.Subject)
+	for _, b := range boxes {
+		if b.Tenant != caller.Tenant || b.Subject != caller.Subject || !b.Default || !adoptable(b, s.cfg.Now()) {
+			continue
+		}
+		// Our fresh claim holds the key: release it so that adopt sets the adopted id.
+		_ = s.cfg.Store.Release(ctx, key, claimed)
+		if err := s.adopt(ctx, b); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // waitCreated waits for a session another request is creating.

@@ -37,6 +37,7 @@ var codes = []struct {
 	{workspace.ErrForbidden, CodePolicyViolation, "forbidden"},
 	{workspace.ErrInvalid, CodeInvalidParams, "invalid params"},
 	{workspace.ErrNotFound, CodeInvalidParams, "session not found"},
+	{workspace.ErrSessionLost, CodePathTraversal, "session lost: its sandbox was removed, and its files with it; start a new session"},
 	{workspace.ErrUnavailable, CodeInternal, "workspace temporarily unavailable, retry"},
 	{context.Canceled, CodeInternal, "canceled"},
 	{context.DeadlineExceeded, CodeInternal, "deadline exceeded"},
@@ -47,15 +48,31 @@ type ErrorData struct {
 	Path   string `json:"path,omitempty"`
 	Rule   string `json:"rule,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	Scope  string `json:"scope,omitempty"` // the token scope the call needs (rule "scope")
+	// Reason names a fault the caller can act on: "session_lost" (start a new
+	// session), "unavailable" (retry after RetryAfter seconds).
+	Reason     string `json:"reason,omitempty"`
+	Retryable  bool   `json:"retryable,omitempty"`
+	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
+	// Started, for reason "interrupted": whether the command had started.
+	Started *bool  `json:"started,omitempty"`
+	Scope   string `json:"scope,omitempty"` // the token scope the call needs (rule "scope")
 	// Valid is what would have been accepted, e.g. a position's valid range
 	// ({"line":{"min":1,"max":N},"character":{"min":1,"max":M}}).
 	Valid json.RawMessage `json:"valid,omitempty"`
 }
 
+// RetryAfterSeconds is what a retryable error tells the caller to wait.
+const RetryAfterSeconds = 1
+
 // rpcError turns an error into the JSON-RPC error the client sees. Internal causes
 // are logged by the caller's middleware, never sent.
 func rpcError(err error) *jsonrpc.Error {
+	var in *workspace.Interrupted
+	if errors.As(err, &in) { // a command whose stream broke: say whether it ran
+		e := &jsonrpc.Error{Code: CodeInternal, Message: in.Error()}
+		e.Data, _ = json.Marshal(ErrorData{Reason: "interrupted", Retryable: true, RetryAfter: RetryAfterSeconds, Started: &in.Started})
+		return e
+	}
 	for _, c := range codes {
 		if !errors.Is(err, c.err) {
 			continue
@@ -68,8 +85,14 @@ func rpcError(err error) *jsonrpc.Error {
 		} else if se := workspace.AsScopeError(err); se != nil {
 			e.Message = se.Error()
 			e.Data, _ = json.Marshal(ErrorData{Rule: "scope", Scope: se.Scope})
-		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound {
+		} else if c.code != CodeInternal && c.err != workspace.ErrNotFound && c.err != workspace.ErrSessionLost {
 			e.Message = err.Error() // a missing session keeps the fixed message: ids are not echoed
+		}
+		switch c.err {
+		case workspace.ErrSessionLost:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "session_lost"})
+		case workspace.ErrUnavailable:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "unavailable", Retryable: true, RetryAfter: RetryAfterSeconds})
 		}
 		return e
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/version"
@@ -35,6 +36,8 @@ type Config struct {
 	ResourceMetadataURL string
 	// OnAuthFailure counts rejected tokens by reason (metrics).
 	OnAuthFailure func(reason string)
+	// OnCallFailed counts tool calls answered with a JSON-RPC error, by code (metrics).
+	OnCallFailed func(code string)
 }
 
 // Handler serves /mcp and /v1/sessions/{id}/mcp.
@@ -54,6 +57,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.OnAuthFailure == nil {
 		cfg.OnAuthFailure = func(string) {}
+	}
+	if cfg.OnCallFailed == nil {
+		cfg.OnCallFailed = func(string) {}
 	}
 	h := &Handler{cfg: cfg, log: cfg.Log.With("component", "api/mcp")}
 	stream := sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: false, Logger: h.log})
@@ -148,14 +154,15 @@ func mcpTool(t *workspace.Tool) *sdk.Tool {
 // handle runs one tool call through the Service.
 func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		start := time.Now()
 		p := auth.PrincipalFromTokenInfo(req.Extra.TokenInfo)
 		if p == nil {
-			return nil, rpcError(workspace.ErrForbidden)
+			return nil, h.failed(ctx, "", "", t.Name, start, workspace.ErrForbidden)
 		}
 		caller := workspace.CallerOf(p)
 		id, err := sessionID(req, p)
 		if err != nil {
-			return nil, rpcError(err)
+			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
 		}
 		var opts workspace.CallOptions
 		if tok := req.Params.GetProgressToken(); tok != nil && t.Streams {
@@ -178,7 +185,7 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 			res, err = h.cfg.Service.Call(ctx, caller, id, t.Name, req.Params.Arguments, opts)
 		}
 		if err != nil {
-			return nil, rpcError(err)
+			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
 		}
 		body, err := json.Marshal(res.Value)
 		if err != nil {

@@ -19,6 +19,10 @@ import (
 // dies; threads made early are kept and reused, so the agent keeps answering.
 const warmThreads = 12
 
+// stateDir keeps the outcomes of recent requests on the container's /tmp, so that they
+// survive this process being killed and restarted by init (server.Config.StateDir).
+const stateDir = "/tmp/.cws-agent/requests"
+
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	warmUp()
@@ -27,7 +31,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self})
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir})
 	if err != nil {
 		return err
 	}

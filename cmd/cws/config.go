@@ -25,7 +25,8 @@ type Config struct {
 	LogFormat    string        // text or json
 	LogLevel     string        // debug, info, warn, error
 	ReapEvery    time.Duration // reaper and reconcile interval
-	DrainTimeout time.Duration // how long shutdown waits for requests
+	DrainTimeout time.Duration // how long shutdown waits for in-flight requests (the grace period)
+	StoreTimeout time.Duration // deadline of each session-store operation
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -40,7 +41,8 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.LogFormat, "log-format", envDefault(getenv, "CWS_LOG_FORMAT", "text"), "log format: text or json [CWS_LOG_FORMAT]")
 	f.StringVar(&c.LogLevel, "log-level", envDefault(getenv, "CWS_LOG_LEVEL", "info"), "log level: debug, info, warn, error [CWS_LOG_LEVEL]")
 	f.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often expired sessions and orphan containers are removed")
-	f.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "how long shutdown waits for in-flight requests")
+	f.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration(getenv, "CWS_DRAIN_TIMEOUT", 25*time.Second), "on SIGTERM, how long in-flight requests may finish (keep it below the pod's terminationGracePeriodSeconds) [CWS_DRAIN_TIMEOUT]")
+	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 }
 
 // validate checks the configuration and fills derived defaults; errors say what to do.
@@ -73,8 +75,22 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
-	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 {
-		return fmt.Errorf("--reap-every and --drain-timeout must be positive")
+	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
+		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")
 	}
 	return nil
+}
+
+// envDuration reads a duration from key, or def when unset. A malformed value yields
+// -1, which validate refuses.
+func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {
+	v := getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return -1
+	}
+	return d
 }

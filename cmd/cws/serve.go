@@ -83,8 +83,10 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{Version: version.Version, Commit: version.Commit})
+
 	var store workspace.Store
-	adopt := false
 	if cfg.RedisURL != "" {
 		rs, err := redisstore.Open(ctx, cfg.RedisURL)
 		if err != nil {
@@ -93,10 +95,18 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		store = rs
 		log.Info("session store: redis", "url", redactURL(cfg.RedisURL))
 	} else {
-		store, adopt = memstore.New(), true
+		store = memstore.New()
 		log.Info("session store: embedded in-memory store (single node; sessions are re-adopted from container labels on restart)")
 	}
 	defer store.Close()
+	// Every store operation has a short deadline: a frozen store fails calls fast and
+	// retryably. Its health is exported as cws_store_up and shown by /readyz.
+	store = workspace.BoundStore(store, cfg.StoreTimeout, func(up bool, failure string) {
+		m.StoreHealth(up)
+		if !up {
+			m.StoreFailure(failure)
+		}
+	})
 
 	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance})
 	if err != nil {
@@ -104,8 +114,6 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer driver.Close()
 
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: version.Version, Commit: version.Commit})
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage})
 	defer svc.Close()
 	var tools []string
@@ -116,7 +124,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{Logger: log})
 	mcpHandler := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols, Log: log,
-		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure})
+		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure, OnCallFailed: m.MCPCallFailed})
 	ready := func(ctx context.Context) error {
 		if err := store.Ping(ctx); err != nil {
 			return fmt.Errorf("store: %w", err)
@@ -132,18 +140,19 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err := ready(ctx); err != nil {
 		return fmt.Errorf("not ready: %w (run `cws doctor` for help)", err)
 	}
-	if err := svc.Reconcile(ctx, adopt); err != nil {
+	if err := svc.Reconcile(ctx); err != nil {
 		log.Warn("startup reconcile", "err", err)
 	}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaper()
-	go svc.RunReaper(reapCtx, cfg.ReapEvery, adopt)
+	go svc.RunReaper(reapCtx, cfg.ReapEvery)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another cws running? pick another --addr)", cfg.Addr, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	inflight := &inFlight{next: srv}
+	hs := &http.Server{Handler: inflight, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("cws listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "version", version.Version, "tenants", len(pols))
@@ -158,14 +167,18 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		return err
 	case <-ctx.Done():
 	}
-	// Shutdown: readiness goes 503, requests drain, then streams are cut. Sandboxes
-	// outlive the process: a restarted cws picks them up again.
-	log.Info("shutting down: draining requests", "timeout", cfg.DrainTimeout)
+	// Shutdown: readiness goes 503 at once while the listener stays open (load
+	// balancers see it and stop sending), in-flight calls finish within the grace
+	// period, then the server closes. Sandboxes, their background processes and the
+	// sessions outlive the process: a restarted cws picks them up again.
 	srv.Drain()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	log.Info("shutting down: not ready; letting in-flight calls finish", "in_flight", inflight.count(), "grace", cfg.DrainTimeout)
+	graceEnd := time.Now().Add(cfg.DrainTimeout)
+	inflight.wait(graceEnd)
+	sctx, cancel := context.WithDeadline(context.Background(), graceEnd)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
-		log.Warn("drain timed out, closing the remaining connections", "err", err)
+		log.Warn("grace period over, closing the remaining connections", "in_flight", inflight.count(), "err", err)
 		_ = hs.Close()
 	}
 	stopReaper()

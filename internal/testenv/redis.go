@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,6 +28,15 @@ func Redis(t testing.TB) string {
 	if url := os.Getenv(RedisURLEnv); url != "" {
 		return url
 	}
+	url, _ := OwnRedis(t)
+	return url
+}
+
+// OwnRedis always starts a private redis-server, even with $CWS_TEST_REDIS_URL set, and
+// returns its URL and process, for tests that inject faults into it (SIGSTOP to freeze
+// it, SIGCONT to thaw it). Without redis-server it skips locally and fails in CI.
+func OwnRedis(t testing.TB) (string, *os.Process) {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	RequireCI(t, "redis-server", err)
 
@@ -51,6 +61,7 @@ func Redis(t testing.TB) string {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a test may have frozen it
 		_ = cmd.Process.Kill()
 		<-exited
 	})
@@ -58,7 +69,7 @@ func Redis(t testing.TB) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if err := ping(addr); err == nil {
-			return "redis://" + addr + "/0"
+			return "redis://" + addr + "/0", cmd.Process
 		} else if time.Now().After(deadline) {
 			t.Fatalf("testenv: redis-server on %s did not answer PING: %v\n%s", addr, err, out.String())
 		}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,7 +81,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	conn, err := c.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dial: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
 	}
 	peer, err := handshake(ctx, conn, Hello{Protocol: ProtocolVersion, Version: c.version})
 	if err != nil {
@@ -142,20 +144,45 @@ type EventFunc func(event string, data []byte) error
 
 // Call runs one operation: args are JSON-encoded, body is the request payload, events
 // arrive through onEvent, and the done frame's result is decoded into result (if not nil).
-// Idempotent calls are retried once on a fresh stream when the old one had broken.
+//
+// When the stream breaks, reads are retried on a fresh stream, and so are the
+// operations that change files (write, remove, rename, mkdir, proc.kill): they carry a
+// request id, and the agent answers a repeated id with its first outcome, so each is
+// applied exactly once. Commands (exec, proc.start) are never retried: they fail with
+// an *InterruptedError that says whether the command had started.
 func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onEvent EventFunc, result any) error {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return fmt.Errorf("encode %s args: %w", op, err)
 	}
+	req := &Header{Op: op, Args: raw}
+	if deduplicated(op) {
+		req.ID = newRequestID()
+	}
 	for attempt := 0; ; attempt++ {
-		err = c.call(ctx, op, raw, body, onEvent, result)
-		if err == nil || attempt > 0 || !errors.Is(err, errRetryable) || !idempotent(op) {
+		var started bool
+		err = c.do(ctx, op, req, body, nil, onEvent, result, &started)
+		if err == nil || !errors.Is(err, errRetryable) {
 			return err
 		}
-		c.log.Debug("agent stream broke, redialing", "op", op, "err", err)
+		if command(op) {
+			return &InterruptedError{Op: op, Started: started, Err: err}
+		}
+		if attempt >= maxRetries || !(idempotent(op) || req.ID != "") {
+			return err
+		}
+		c.log.Debug("agent stream broke, retrying on a fresh one", "op", op, "attempt", attempt+1, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", op, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
 	}
 }
+
+// maxRetries bounds the retries of one call after broken streams (a killed agent is
+// restarted by its init within a fraction of a second; the redial waits for it).
+const maxRetries = 3
 
 // errRetryable marks failures where the request provably never reached the agent's
 // handler or its answer was lost with the stream.
@@ -169,17 +196,34 @@ func idempotent(op string) bool {
 	return false
 }
 
-func (c *Client) call(ctx context.Context, op string, args json.RawMessage, body []byte, onEvent EventFunc, result any) error {
-	return c.do(ctx, op, &Header{Op: op, Args: args}, body, nil, onEvent, result)
+// deduplicated ops carry a request id so that a retry is applied exactly once.
+func deduplicated(op string) bool {
+	switch op {
+	case OpWrite, OpRemove, OpRename, OpMkdir, OpProcKill:
+		return true
+	}
+	return false
+}
+
+// Command ops start processes (a terminal's command line included): never retried,
+// since they are not idempotent and an id cannot make a half-run command whole.
+func command(op string) bool {
+	return op == OpExec || op == OpProcStart || op == OpTermRun
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (c *Client) callStream(ctx context.Context, op string, args json.RawMessage, in io.Reader, onEvent EventFunc, result any) error {
-	return c.do(ctx, op, &Header{Op: op, Args: args, Stream: true}, nil, in, onEvent, result)
+	return c.do(ctx, op, &Header{Op: op, Args: args, Stream: true}, nil, in, onEvent, result, new(bool))
 }
 
 // do sends the request (and, for a streamed one, its body as data events) and reads
-// events until the done frame.
-func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in io.Reader, onEvent EventFunc, result any) error {
+// events until the done frame. *started is set when the agent says a command started.
+func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in io.Reader, onEvent EventFunc, result any, started *bool) error {
 	sess, err := c.session(ctx)
 	if err != nil {
 		return err
@@ -238,7 +282,7 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w", op, ctx.Err())
 			}
-			if sess.IsClosed() {
+			if sess.IsClosed() || closedSoon(sess) {
 				c.drop(sess)
 				return fmt.Errorf("%w: %w: %s: %v", ErrUnavailable, errRetryable, op, err)
 			}
@@ -258,11 +302,26 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 			}
 			return nil
 		}
+		if h.Event == EventStarted {
+			*started = true
+			continue
+		}
 		if onEvent != nil && h.Event != "" {
 			if err := onEvent(h.Event, data); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// closedSoon reports whether the session closes within a moment: a stream can see its
+// end a little before the session notices that the whole connection went.
+func closedSoon(s *yamux.Session) bool {
+	select {
+	case <-s.CloseChan():
+		return true
+	case <-time.After(100 * time.Millisecond):
+		return false
 	}
 }
 

@@ -89,3 +89,21 @@ func (e *WireError) Is(target error) bool { return codeErr[e.Code] == target }
 func Errorf(code, path, format string, a ...any) *WireError {
 	return &WireError{Code: code, Path: path, Message: fmt.Sprintf(format, a...)}
 }
+
+// InterruptedError is a command (exec, proc.start) whose stream broke before its answer
+// arrived. Commands are never retried, so the caller learns whether it had started.
+// It matches ErrUnavailable.
+type InterruptedError struct {
+	Op      string
+	Started bool // the agent had accepted the command; it was stopped when the stream broke
+	Err     error
+}
+
+func (e *InterruptedError) Error() string {
+	if e.Started {
+		return fmt.Sprintf("%s: the stream to the agent broke after the command started (it was stopped, and not run again): %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("%s: the stream to the agent broke before the command started (it did not run): %v", e.Op, e.Err)
+}
+
+func (e *InterruptedError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

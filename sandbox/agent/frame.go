@@ -29,10 +29,18 @@ type Header struct {
 	// Stream marks a request whose body follows in data events, ended by an eof event.
 	Stream bool `json:"stream,omitempty"`
 
+	// ID names a request that changes the workspace (write, remove, rename, mkdir, …).
+	// The agent remembers the outcomes of recent ids and answers a repeated id with the
+	// first outcome instead of applying it again, so the host may retry it on a fresh
+	// stream after the old one broke. Empty: no deduplication.
+	ID string `json:"id,omitempty"`
+
 	// Cancel frame (client → server).
 	Cancel bool `json:"cancel,omitempty"`
 
-	// Event frames: "data", "stdout", "stderr" (server → client); "data", "eof" (client → server).
+	// Event frames: "data", "stdout", "stderr", "started" (server → client); "data", "eof"
+	// (client → server). "started" tells the host a command was accepted and is about to
+	// run, so a broken stream can say whether it started.
 	Event string `json:"ev,omitempty"`
 
 	// Done frame (server → client).

@@ -34,6 +34,9 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventEOF    = "eof"
+	// EventStarted precedes a command's (exec, proc.start, term.run) run; the client
+	// consumes it.
+	EventStarted = "started"
 )
 
 // File types in FileInfo.Type.
@@ -210,6 +213,10 @@ type ExecResult struct {
 	Signal          string `json:"signal,omitempty"`
 	StartError      string `json:"startError,omitempty"`
 	DurationMS      int64  `json:"durationMs"`
+	// OOMKilled: the container's memory limit killed the command (the cgroup's OOM
+	// killer struck while it ran); MemoryLimitBytes is that limit, 0 if unknown.
+	OOMKilled        bool  `json:"oomKilled,omitempty"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 	// Unenforced is set when the call had a Launch policy and Landlock was unavailable.
 	Unenforced bool `json:"unenforced,omitempty"`
 }

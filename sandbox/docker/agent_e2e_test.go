@@ -418,7 +418,10 @@ func (e *e2eEnv) forkBomb(t *testing.T) {
 	}
 	before, haveEvents := e.pidsMaxEvents(t)
 	start := time.Now()
-	res, err := e.c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c", "f(){ f|f & }; f"}, TimeoutMS: 3000}, nil, nil)
+	// The shell keeps spinning (builtins only, no fork) while the bomb grows, so the bomb
+	// has the whole timeout to hit the pids limit; a shell that returned at once would
+	// get its group killed before that on a fast machine.
+	res, err := e.c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c", "f(){ f|f & }; f; while :; do :; done"}, TimeoutMS: 3000}, nil, nil)
 	if err != nil {
 		t.Fatalf("Exec fork bomb: %v", err)
 	}

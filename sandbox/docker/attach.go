@@ -25,6 +25,12 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 	if !managed(c) {
 		return nil, fmt.Errorf("attach sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
 	}
+	if deletedName(c.Name) {
+		return nil, fmt.Errorf("attach sandbox %s: %w: it is being removed", id, ErrNotFound)
+	}
+	if c.State == nil || !c.State.Running || c.State.Restarting || c.State.Paused {
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, ErrStopped)
+	}
 	exec, err := d.cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{
 		Cmd:          []string{agentPath, "attach"},
 		User:         toolUser(c),

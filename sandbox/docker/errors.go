@@ -5,12 +5,16 @@ import (
 	"fmt"
 
 	cerrdefs "github.com/containerd/errdefs"
+
+	"github.com/cwsdev/cws/sandbox"
 )
 
 // Errors the driver returns, wrapped with context. Compare with errors.Is.
 var (
 	// ErrNotFound: the sandbox (container) does not exist.
-	ErrNotFound = errors.New("sandbox not found")
+	ErrNotFound = sandbox.ErrNotFound
+	// ErrStopped: the sandbox exists but is not running; Start brings it back.
+	ErrStopped = sandbox.ErrStopped
 	// ErrExists: Create found a container or workspace volume of that session already.
 	ErrExists = errors.New("sandbox already exists")
 	// ErrInvalid: the spec is unusable (bad session id, uid:gid or env name, or an image

@@ -42,6 +42,7 @@ func infoFrom(id string, labels map[string]string, running bool) sandbox.Info {
 		Subject: labels[sandbox.LabelSubject],
 		Image:   labels[sandbox.LabelImage],
 		Running: running,
+		Default: labels[sandbox.LabelDefault] == "true",
 	}
 	if info.Session != "" {
 		info.Volume = volumeName(info.Session)

@@ -7,9 +7,24 @@ import (
 	"github.com/docker/docker/api/types/container"
 )
 
-// Start starts a stopped sandbox. Starting a running one is a no-op.
+// Start starts a stopped sandbox (after an engine restart or a docker stop), or
+// unpauses a paused one. Starting a running one is a no-op.
 func (d *Driver) Start(ctx context.Context, id string) error {
-	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+	c, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return notFound("start sandbox", id, err)
+	}
+	if c.State != nil && c.State.Paused {
+		if err := d.cli.ContainerUnpause(ctx, c.ID); err != nil {
+			// Unpaused by someone else meanwhile (the reconciler, another replica)?
+			if now, ierr := d.cli.ContainerInspect(ctx, c.ID); ierr == nil && now.State != nil && !now.State.Paused {
+				return nil
+			}
+			return notFound("unpause sandbox", id, err)
+		}
+		return nil
+	}
+	if err := d.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		return notFound("start sandbox", id, err)
 	}
 	return nil

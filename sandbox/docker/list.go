@@ -30,6 +30,7 @@ func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.
 		if v := workspaceVolume(c.Mounts); v != "" {
 			info.Volume = v
 		}
+		info.Deleted = c.State == container.StateRemoving || c.State == container.StateDead || slices.ContainsFunc(c.Names, deletedName)
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b sandbox.Info) int {

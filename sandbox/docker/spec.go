@@ -111,6 +111,9 @@ func labels(spec sandbox.Spec) map[string]string {
 	l[sandbox.LabelSubject] = spec.Subject
 	l[sandbox.LabelImage] = spec.Image
 	l[sandbox.LabelExpires] = ""
+	if spec.Default {
+		l[sandbox.LabelDefault] = "true"
+	}
 	if !spec.Expires.IsZero() {
 		l[sandbox.LabelExpires] = spec.Expires.UTC().Format(time.RFC3339)
 	}
@@ -187,6 +190,10 @@ func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *contain
 				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 			},
 		},
+	}
+	if spec.WorkspaceTmpfsBytes > 0 { // tests only: a workspace that can be filled
+		host.Mounts[0] = mount.Mount{Type: mount.TypeTmpfs, Target: sandbox.WorkspaceDir,
+			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: spec.WorkspaceTmpfsBytes, Mode: 0o1777}}
 	}
 	return cfg, host
 }

@@ -30,6 +30,8 @@ type Local struct {
 	Attaches int
 	// Creates counts Create calls.
 	Creates int
+	// Starts counts Start calls.
+	Starts int
 }
 
 type local struct {
@@ -74,6 +76,11 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 		lbl = map[string]string{}
 	}
 	lbl[sandbox.LabelManaged], lbl[sandbox.LabelSession], lbl[sandbox.LabelTenant] = "true", spec.Session, spec.Tenant
+	lbl[sandbox.LabelSubject] = spec.Subject
+	if spec.Default {
+		lbl[sandbox.LabelDefault] = "true"
+		info.Default = true
+	}
 	l.sb[id] = &local{info: info, dir: dir, srv: srv, lbl: lbl}
 	return info, nil
 }
@@ -85,11 +92,37 @@ func (l *Local) Attach(ctx context.Context, id string) (io.ReadWriteCloser, erro
 	l.Attaches++
 	s, ok := l.sb[id]
 	if !ok {
-		return nil, fmt.Errorf("sandbox %s: not found", id)
+		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	if !s.info.Running {
+		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrStopped)
 	}
 	c, srvSide := net.Pipe()
 	go s.srv.ServeConn(srvSide)
 	return c, nil
+}
+
+// Start starts a stopped sandbox again (Stop's undo); unknown ids are ErrNotFound.
+func (l *Local) Start(ctx context.Context, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.sb[id]
+	if !ok {
+		return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	s.info.Running = true
+	l.Starts++
+	return nil
+}
+
+// Stop stops a sandbox as `docker stop` would: its streams end, its files stay.
+func (l *Local) Stop(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sb[id]; ok {
+		s.info.Running = false
+		s.srv.Close()
+	}
 }
 
 // Remove deletes the sandbox and its directory; unknown ids are not an error.

@@ -56,11 +56,16 @@ func New(client redis.UniversalClient, opts Options) *Store {
 
 // Open connects to the Redis at url (redis://, rediss:// or unix://, as parsed by
 // redis.ParseURL), checks that it answers, and returns a Store with default Options.
+// Socket reads and writes honour each operation's context deadline.
 func Open(ctx context.Context, url string) (*Store, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
+	// Honour each operation's context deadline on the socket, so that a frozen Redis
+	// fails an operation at its deadline (workspace.BoundedStore) rather than after
+	// go-redis's own read timeout.
+	opt.ContextTimeoutEnabled = true
 	s := New(redis.NewClient(opt), Options{})
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()

@@ -176,7 +176,7 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 		grace = time.Duration(a.GraceMS) * time.Millisecond
 	}
 
-	started := time.Now()
+	started, oomBefore := time.Now(), oomKills()
 	if err := cmd.start(); err != nil {
 		return &agent.ExecResult{ExitCode: -1, StartError: err.Error(), Unenforced: cmd.unenforced}, nil
 	}
@@ -205,6 +205,9 @@ func (s *Server) exec(ctx context.Context, args json.RawMessage, stdin []byte, r
 
 	res.DurationMS = time.Since(started).Milliseconds()
 	res.ExitCode, res.Signal = exitStatus(cmd.Cmd, err)
+	if oomKilled(oomBefore, res.ExitCode, res.Signal) { // oom.go
+		res.OOMKilled, res.MemoryLimitBytes = true, memoryLimit()
+	}
 	stdout.mu.Lock()
 	stderr.mu.Lock()
 	res.Stdout, res.StdoutTruncated = stdout.buf.Bytes(), stdout.truncated

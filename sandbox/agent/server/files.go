@@ -159,7 +159,7 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 		if swapped(err) {
 			return nil, agent.Errorf(agent.CodeDenied, a.Path, "the path keeps changing while it is written (a symlink was swapped in)")
 		}
-		return fi, err
+		return fi, s.noSpace(err, a.Path, len(body)) // diskfull.go
 	}
 }
 

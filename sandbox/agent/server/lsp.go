@@ -19,8 +19,20 @@ const maxLSPFile = 16 << 20
 
 // lspHost holds the agent's language-server manager, made on the first LSP call.
 type lspHost struct {
-	once sync.Once
-	m    *lsp.Manager
+	once  sync.Once
+	m     *lsp.Manager
+	cache sync.Map // workspace-relative path → *cachedFile
+}
+
+// cachedFile is a file's content as last read, with the identity and times it had: the
+// manager reads every open document before each request, and an unchanged file (same
+// inode, size, mtime and ctime) is not read again. The same slice comes back, which
+// the manager also uses to skip re-hashing it.
+type cachedFile struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+	data         []byte
 }
 
 func (s *Server) lspManager() *lsp.Manager {
@@ -51,7 +63,7 @@ func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ 
 	if err := decode(args, &a); err != nil {
 		return nil, err
 	}
-	res, dropped, err := s.lspManager().Run(ctx, a.Tool, a.Args, guardedFiles{ws: s.ws, g: a.Guard})
+	res, dropped, err := s.lspManager().Run(ctx, a.Tool, a.Args, guardedFiles{ws: s.ws, g: a.Guard, cache: &s.lsp.cache})
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +74,9 @@ func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ 
 // resolved beneath the workspace, the guard checked on the asked and the resolved path,
 // opened without following links, hard links refused where the guard denies anything.
 type guardedFiles struct {
-	ws *workspace
-	g  *guard.Guard
+	ws    *workspace
+	g     *guard.Guard
+	cache *sync.Map // of *cachedFile; nil: no cache
 }
 
 func (f guardedFiles) Read(rel string) ([]byte, error) {
@@ -85,9 +98,21 @@ func (f guardedFiles) Read(rel string) ([]byte, error) {
 	if fi.Size() > maxLSPFile {
 		return nil, agent.Errorf(agent.CodeTooLarge, t.rel, "file is %d bytes; language servers get files up to %d", fi.Size(), maxLSPFile)
 	}
+	var st unix.Stat_t
+	if f.cache != nil && unix.Fstat(int(fd.Fd()), &st) == nil {
+		if v, ok := f.cache.Load(t.real); ok {
+			c := v.(*cachedFile)
+			if c.dev == st.Dev && c.ino == st.Ino && c.size == st.Size && c.mtime == st.Mtim && c.ctime == st.Ctim {
+				return c.data, nil
+			}
+		}
+	}
 	b, err := io.ReadAll(io.LimitReader(fd, maxLSPFile+1))
 	if err != nil {
 		return nil, wireError(err)
+	}
+	if f.cache != nil && st.Ino != 0 && int64(len(b)) == st.Size {
+		f.cache.Store(t.real, &cachedFile{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: b})
 	}
 	return b, nil
 }

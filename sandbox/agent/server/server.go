@@ -31,6 +31,9 @@ type Config struct {
 	Log     *slog.Logger
 	// BaseEnv is the environment every command starts from (PATH is always the fixed SafePath).
 	BaseEnv map[string]string
+	// StateDir keeps the outcomes of recent requests (see agent.Header.ID) so that they
+	// survive an agent restart; "" keeps them in memory only.
+	StateDir string
 	// Launcher is the agent binary, run as "Launcher launch …" in front of every command
 	// whose ExecPolicy restricts what it may execute (package launch). "" means no
 	// launcher: such commands run unenforced, as where Landlock is unavailable (tests
@@ -48,6 +51,7 @@ type Server struct {
 	ws    *workspace
 	procs *procTable
 	ops   map[string]handler
+	seen  *outcomes // answers to recent requests with ids (dedupe.go)
 	// landlock is the Landlock ABI the launcher enforces with; 0: commands with an
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
@@ -73,7 +77,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
 	if cfg.Launcher != "" {
 		s.landlock = launch.ABI()
 	}
@@ -208,11 +212,31 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		}
 	}()
 
+	// A request with an id is answered once: a retry gets the first outcome. It runs to
+	// the end even if its stream breaks, so that the outcome is whole.
+	var oc *outcome
+	if h.ID != "" && !h.Stream {
+		first := false
+		if oc, first = s.seen.begin(h.ID); !first {
+			select {
+			case <-oc.done:
+				if err := r.send(oc.h, oc.body); err != nil {
+					s.log.Warn("answer not sent", "op", h.Op, "err", err)
+				}
+			case <-ctx.Done():
+			}
+			return
+		}
+		ctx = context.WithoutCancel(ctx)
+	}
 	var res any
 	op, ok := s.ops[h.Op]
 	if !ok {
 		err = agent.Errorf(agent.CodeInvalid, "", "unknown operation %q", h.Op)
 	} else {
+		if h.Op == agent.OpExec || h.Op == agent.OpProcStart || h.Op == agent.OpTermRun {
+			_ = r.send(&agent.Header{Event: agent.EventStarted}, nil)
+		}
 		res, err = op(ctx, h.Args, body, r)
 	}
 	done := &agent.Header{Done: true}
@@ -226,6 +250,9 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		if done.Result, err = json.Marshal(res); err != nil {
 			done.Error = wireError(err)
 		}
+	}
+	if oc != nil {
+		s.seen.finish(h.ID, oc, done, out)
 	}
 	if err := r.send(done, out); err != nil {
 		s.log.Warn("answer not sent", "op", h.Op, "err", err)

@@ -39,6 +39,8 @@ type RunCommandResult struct {
 	StdoutTruncated bool     `json:"stdoutTruncated,omitempty" jsonschema:"stdout was cut at 1 MiB."`
 	StderrTruncated bool     `json:"stderrTruncated,omitempty" jsonschema:"stderr was cut at 1 MiB."`
 	DurationMS      int64    `json:"durationMs"`
+	Reason          string   `json:"reason,omitempty" jsonschema:"Why it failed beyond its exit code: oom when the workspace's memory limit killed it."`
+	Hint            string   `json:"hint,omitempty" jsonschema:"What to do about reason."`
 }
 
 // checkCommand applies confirmation, the command allowlist, env and cwd rules.
@@ -95,6 +97,7 @@ func runCommand(ctx context.Context, c *call, a *RunCommandArgs) (*RunCommandRes
 	if r.StartError != "" {
 		res.Stderr = r.StartError
 	}
+	explainOOM(res, r) // oom.go
 	return res, nil
 }
 

@@ -55,6 +55,7 @@ type document struct {
 	rel     string
 	version int
 	hash    [32]byte
+	src     []byte // the content last synced, as the Files gave it
 	seq     uint64 // when it was last synced
 	used    uint64 // when it was last synced or checked
 }
@@ -256,7 +257,24 @@ func (s *server) call(ctx context.Context, method string, params, result any) er
 	if errors.As(err, &re) {
 		return &serverError{server: s.name, method: method, code: re.Code, message: re.Message}
 	}
+	if err != nil && s.exitsSoon() {
+		// A transport error (a broken pipe) from a server that is dying: the manager has
+		// not seen it exit yet.
+		return fmt.Errorf("%s %w during %s", s.name, errExited, method)
+	}
 	return err
+}
+
+// exitsSoon reports whether the server process ends within a moment.
+func (s *server) exitsSoon() bool {
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // errExited: the server process went away while a request was out; the manager starts

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The container's memory cgroup, as seen from inside it (cgroup v2, then v1).
+var (
+	oomEventFiles  = []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"}
+	memLimitFiles  = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+	noMemoryLimit  = int64(1) << 62 // cgroup v1 reports "no limit" as a huge number
+	oomKillCounter = "oom_kill"
+)
+
+// oomKills returns how many processes the kernel's OOM killer has killed in this
+// container's memory cgroup (the oom_kill line of memory.events, or of
+// memory.oom_control on cgroup v1); -1 when it cannot tell.
+func oomKills() int64 {
+	for _, f := range oomEventFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), " ")
+			if ok && k == oomKillCounter {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// memoryLimit returns the container's memory limit in bytes, or 0 when there is none
+// or it cannot tell.
+func memoryLimit() int64 {
+	for _, f := range memLimitFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n >= noMemoryLimit {
+			return 0 // "max", or v1's "unlimited"
+		}
+		return n
+	}
+	return 0
+}
+
+// oomKilled reports whether a command that ended with exit/signal was killed by the
+// memory limit: the OOM killer struck while it ran, and it died of SIGKILL (or its
+// shell reported a child's SIGKILL as 137).
+func oomKilled(before int64, exitCode int, signal string) bool {
+	if before < 0 || (signal != "killed" && exitCode != 137) {
+		return false
+	}
+	return oomKills() > before
+}
