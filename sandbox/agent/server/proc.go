@@ -156,22 +156,13 @@ func (s *Server) procOutput(ctx context.Context, args json.RawMessage, _ []byte,
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(time.Duration(min(a.WaitMS, 60_000)) * time.Millisecond)
-	for {
+	err = waitForOutput(ctx, a.WaitMS, func() (bool, <-chan struct{}) {
 		p.mu.Lock()
-		fresh := p.stdout.total > a.StdoutOffset || p.stderr.total > a.StderrOffset || p.ended != nil
-		changed := p.changed
-		p.mu.Unlock()
-		wait := time.Until(deadline)
-		if fresh || wait <= 0 {
-			break
-		}
-		select {
-		case <-changed:
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		defer p.mu.Unlock()
+		return p.stdout.total > a.StdoutOffset || p.stderr.total > a.StderrOffset || p.ended != nil, p.changed
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := agent.ProcOutput{Proc: p.info()}
 	p.mu.Lock()
@@ -252,4 +243,24 @@ func (r *ring) since(off int64) ([]byte, int64, bool) {
 		off = r.total
 	}
 	return append([]byte(nil), r.buf[off-first:]...), r.total, dropped
+}
+
+// waitForOutput waits up to waitMS (at most a minute) until state reports something new,
+// or ctx ends. state returns whether there is something new and the channel that is
+// closed on the next change (read under the caller's lock).
+func waitForOutput(ctx context.Context, waitMS int64, state func() (fresh bool, changed <-chan struct{})) error {
+	deadline := time.Now().Add(time.Duration(min(waitMS, 60_000)) * time.Millisecond)
+	for {
+		fresh, changed := state()
+		wait := time.Until(deadline)
+		if fresh || wait <= 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

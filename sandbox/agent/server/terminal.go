@@ -258,22 +258,12 @@ func (s *Server) termRead(ctx context.Context, args json.RawMessage, _ []byte, _
 	if !ok {
 		return nil, agent.Errorf(agent.CodeNotFound, "", "no terminal %q", termID(a.ID))
 	}
-	deadline := time.Now().Add(time.Duration(min(a.WaitMS, 60_000)) * time.Millisecond)
-	for {
+	if err := waitForOutput(ctx, a.WaitMS, func() (bool, <-chan struct{}) {
 		t.mu.Lock()
-		fresh := t.scroll.total > a.Offset || !t.running()
-		changed := t.changed
-		t.mu.Unlock()
-		wait := time.Until(deadline)
-		if fresh || wait <= 0 {
-			break
-		}
-		select {
-		case <-changed:
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		defer t.mu.Unlock()
+		return t.scroll.total > a.Offset || !t.running(), t.changed
+	}); err != nil {
+		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
