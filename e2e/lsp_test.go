@@ -77,7 +77,7 @@ func TestLSPToolsDocker(t *testing.T) {
 	} {
 		c.call(t, "writeFile", map[string]any{"path": path, "contents": content})
 	}
-	raw := func(tool string, args map[string]any) string {
+	raw := func(t *testing.T, tool string, args map[string]any) string {
 		t.Helper()
 		res, err := c.callRaw(tool, args, nil)
 		if err != nil {
@@ -92,16 +92,16 @@ func TestLSPToolsDocker(t *testing.T) {
 	at := map[string]any{"file_path": "/workspace/main.go", "line": 11, "character": greetCol}
 
 	t.Run("go", func(t *testing.T) {
-		if h := raw("get_hover", at); !strings.Contains(h, "func Greet(name string) string") {
+		if h := raw(t, "get_hover", at); !strings.Contains(h, "func Greet(name string) string") {
 			t.Errorf("get_hover = %s", h)
 		}
 		var defs []lspLocation
-		json.Unmarshal([]byte(raw("get_definition", at)), &defs)
+		json.Unmarshal([]byte(raw(t, "get_definition", at)), &defs)
 		if len(defs) != 1 || defs[0].URI != "file:///workspace/main.go" || defs[0].Range.Start.Line != 6 || defs[0].Range.Start.Character != 6 {
 			t.Errorf("get_definition = %+v, want main.go 6:6", defs)
 		}
 		var refs []lspLocation
-		json.Unmarshal([]byte(raw("get_references", map[string]any{"file_path": "main.go", "line": 11, "character": greetCol, "include_declaration": true})), &refs)
+		json.Unmarshal([]byte(raw(t, "get_references", map[string]any{"file_path": "main.go", "line": 11, "character": greetCol, "include_declaration": true})), &refs)
 		if len(refs) != 2 {
 			t.Errorf("get_references with the declaration = %+v, want 2", refs)
 		}
@@ -110,56 +110,56 @@ func TestLSPToolsDocker(t *testing.T) {
 				t.Errorf("reference on line 11 at character %d, want %d", l.Range.Start.Character, greetCol)
 			}
 		}
-		json.Unmarshal([]byte(raw("get_references", at)), &refs)
+		json.Unmarshal([]byte(raw(t, "get_references", at)), &refs)
 		if len(refs) != 1 || refs[0].Range.Start.Line != 11 {
 			t.Errorf("get_references = %+v, want the one use on line 11", refs)
 		}
-		if comp := raw("get_completions", map[string]any{"file_path": "main.go", "line": 12, "character": col(t, goMain, 12, "Println"), "trigger": "."}); !strings.Contains(comp, `"Println"`) {
+		if comp := raw(t, "get_completions", map[string]any{"file_path": "main.go", "line": 12, "character": col(t, goMain, 12, "Println"), "trigger": "."}); !strings.Contains(comp, `"Println"`) {
 			t.Errorf("get_completions after fmt. = %.300s", comp)
 		}
-		if syms := raw("get_document_symbols", map[string]any{"file_path": "main.go"}); !strings.Contains(syms, `"Greet"`) || !strings.Contains(syms, `"main"`) {
+		if syms := raw(t, "get_document_symbols", map[string]any{"file_path": "main.go"}); !strings.Contains(syms, `"Greet"`) || !strings.Contains(syms, `"main"`) {
 			t.Errorf("get_document_symbols = %s", syms)
 		}
-		if ws := raw("workspace_symbol_search", map[string]any{"query": "Greet", "file_path": "main.go"}); !strings.Contains(ws, `"Greet"`) || !strings.Contains(ws, "main.go") {
+		if ws := raw(t, "workspace_symbol_search", map[string]any{"query": "Greet", "file_path": "main.go"}); !strings.Contains(ws, `"Greet"`) || !strings.Contains(ws, "main.go") {
 			t.Errorf("workspace_symbol_search = %s", ws)
 		}
-		diags := raw("get_diagnostics", map[string]any{"file_path": "main.go"})
+		diags := raw(t, "get_diagnostics", map[string]any{"file_path": "main.go"})
 		if !strings.Contains(diags, "declared and not used") || !strings.Contains(diags, `"line":13`) {
 			t.Errorf("get_diagnostics = %s", diags)
 		}
-		if cached := raw("get_cached_diagnostics", map[string]any{"file_path": "main.go"}); !strings.Contains(cached, "declared and not used") {
+		if cached := raw(t, "get_cached_diagnostics", map[string]any{"file_path": "main.go"}); !strings.Contains(cached, "declared and not used") {
 			t.Errorf("get_cached_diagnostics = %s", cached)
 		}
-		if f := raw("format_document", map[string]any{"file_path": "ugly.go"}); !strings.Contains(f, "newText") {
+		if f := raw(t, "format_document", map[string]any{"file_path": "ugly.go"}); !strings.Contains(f, "newText") {
 			t.Errorf("format_document = %s", f)
 		}
-		if acts := raw("get_code_actions", map[string]any{"file_path": "main.go", "start_line": 11, "start_character": 2, "end_line": 12, "end_character": 18}); !strings.Contains(strings.ToLower(acts), "extract") {
+		if acts := raw(t, "get_code_actions", map[string]any{"file_path": "main.go", "start_line": 11, "start_character": 2, "end_line": 12, "end_character": 18}); !strings.Contains(strings.ToLower(acts), "extract") {
 			t.Errorf("get_code_actions over two statements = %s", acts)
 		}
 		var items []map[string]any
-		json.Unmarshal([]byte(raw("prepare_call_hierarchy", map[string]any{"file_path": "main.go", "line": 6, "character": 6})), &items)
+		json.Unmarshal([]byte(raw(t, "prepare_call_hierarchy", map[string]any{"file_path": "main.go", "line": 6, "character": 6})), &items)
 		if len(items) != 1 || items[0]["name"] != "Greet" {
 			t.Fatalf("prepare_call_hierarchy = %v", items)
 		}
-		if in := raw("get_incoming_calls", map[string]any{"item": items[0]}); !strings.Contains(in, `"main"`) {
+		if in := raw(t, "get_incoming_calls", map[string]any{"item": items[0]}); !strings.Contains(in, `"main"`) {
 			t.Errorf("get_incoming_calls = %s", in)
 		}
-		json.Unmarshal([]byte(raw("prepare_call_hierarchy", map[string]any{"file_path": "main.go", "line": 10, "character": 6})), &items)
-		if out := raw("get_outgoing_calls", map[string]any{"item": items[0]}); !strings.Contains(out, `"Greet"`) || !strings.Contains(out, "Println") {
+		json.Unmarshal([]byte(raw(t, "prepare_call_hierarchy", map[string]any{"file_path": "main.go", "line": 10, "character": 6})), &items)
+		if out := raw(t, "get_outgoing_calls", map[string]any{"item": items[0]}); !strings.Contains(out, `"Greet"`) || !strings.Contains(out, "Println") {
 			t.Errorf("get_outgoing_calls of main = %s", out)
 		}
-		if logs := raw("get_server_logs", map[string]any{"limit": 5}); !strings.HasPrefix(logs, `{"logs":[`) {
+		if logs := raw(t, "get_server_logs", map[string]any{"limit": 5}); !strings.HasPrefix(logs, `{"logs":[`) {
 			t.Errorf("get_server_logs = %.300s", logs)
 		}
-		if msgs := raw("get_server_messages", nil); !strings.HasPrefix(msgs, `{"messages":[`) {
+		if msgs := raw(t, "get_server_messages", nil); !strings.HasPrefix(msgs, `{"messages":[`) {
 			t.Errorf("get_server_messages = %.300s", msgs)
 		}
-		plan := raw("rename_symbol", map[string]any{"file_path": "main.go", "line": 6, "character": 6, "new_name": "Hello"})
+		plan := raw(t, "rename_symbol", map[string]any{"file_path": "main.go", "line": 6, "character": 6, "new_name": "Hello"})
 		// The declaration, its doc comment and the call on the non-ASCII line.
 		if strings.Count(plan, `"newText":"Hello"`) != 3 || !strings.Contains(plan, fmt.Sprintf(`"start":{"line":11,"character":%d}`, greetCol)) {
 			t.Errorf("rename_symbol plan = %s", plan)
 		}
-		raw("rename_symbol", map[string]any{"file_path": "main.go", "line": 6, "character": 6, "new_name": "Hello", "apply": true})
+		raw(t, "rename_symbol", map[string]any{"file_path": "main.go", "line": 6, "character": 6, "new_name": "Hello", "apply": true})
 		got := c.call(t, "readFile", map[string]any{"path": "main.go"})["content"].(string)
 		if strings.Count(got, "Hello") != 3 || strings.Contains(got, "Greet(") || !strings.Contains(got, "/* héllo 🎉 */ msg := Hello(") {
 			t.Errorf("main.go after rename apply:\n%s", got)
@@ -185,7 +185,7 @@ func TestLSPToolsDocker(t *testing.T) {
 		if out, err := exec.Command("docker", "exec", "-u", "1000", ctr, "pkill", "-KILL", "-x", "gopls").CombinedOutput(); err != nil {
 			t.Fatalf("pkill gopls: %v %s", err, out)
 		}
-		if h := raw("get_hover", map[string]any{"file_path": "main.go", "line": 6, "character": 6}); !strings.Contains(h, "func Hello(name string) string") {
+		if h := raw(t, "get_hover", map[string]any{"file_path": "main.go", "line": 6, "character": 6}); !strings.Contains(h, "func Hello(name string) string") {
 			t.Errorf("get_hover after gopls was killed = %s", h)
 		}
 	})
@@ -200,15 +200,15 @@ func TestLSPToolsDocker(t *testing.T) {
 	} {
 		t.Run(lang.name, func(t *testing.T) {
 			at := map[string]any{"file_path": lang.file, "line": lang.use[0], "character": lang.use[1]}
-			if h := raw("get_hover", at); !strings.Contains(h, lang.hover) {
+			if h := raw(t, "get_hover", at); !strings.Contains(h, lang.hover) {
 				t.Errorf("get_hover = %s", h)
 			}
 			var defs []lspLocation
-			json.Unmarshal([]byte(raw("get_definition", at)), &defs)
+			json.Unmarshal([]byte(raw(t, "get_definition", at)), &defs)
 			if len(defs) != 1 || !strings.HasSuffix(defs[0].URI, "/workspace/"+lang.file) || defs[0].Range.Start.Line != lang.def[0] || defs[0].Range.Start.Character != lang.def[1] {
 				t.Errorf("get_definition = %+v, want %s %d:%d", defs, lang.file, lang.def[0], lang.def[1])
 			}
-			if d := raw("get_diagnostics", map[string]any{"file_path": lang.file}); !strings.Contains(d, lang.diag) || !strings.Contains(d, `"line":5`) {
+			if d := raw(t, "get_diagnostics", map[string]any{"file_path": lang.file}); !strings.Contains(d, lang.diag) || !strings.Contains(d, `"line":5`) {
 				t.Errorf("get_diagnostics = %s", d)
 			}
 		})

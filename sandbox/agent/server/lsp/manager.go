@@ -139,6 +139,12 @@ func (m *Manager) get(ctx context.Context, lang *Language) (*server, error) {
 		srv.touch()
 		return srv, nil
 	}
+	if srv != nil {
+		srv.gone() // reaped and counted as a crash before its successor starts
+		m.mu.Lock()
+		at = sl.restartAt
+		m.mu.Unlock()
+	}
 	if _, _, err := m.find(lang); err != nil {
 		return nil, err // answered at once: nothing to wait for
 	}

@@ -310,6 +310,24 @@ func TestCrashRestartsWithBackoff(t *testing.T) {
 	}
 }
 
+// A call made the moment after the server died (its pipes closed, its process not yet
+// reaped) is answered by a fresh server, not failed against the dead one.
+func TestCallRightAfterKillIsAnswered(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.write("a.fk", "Sym\n")
+	f.hover("a.fk", 1, 1)
+	pid := f.m.Status()[0].PID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.hover("a.fk", 1, 1); h.Word != "Sym" {
+		t.Fatalf("hover right after the kill = %+v", h)
+	}
+	if st := f.m.Status(); len(st) != 1 || st[0].PID == pid {
+		t.Fatalf("status %+v, want a new process", st)
+	}
+}
+
 func TestIdleStop(t *testing.T) {
 	f := newFixture(t, nil, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond; c.StopGrace = time.Second })
 	f.write("a.fk", "Sym\n")

@@ -251,6 +251,7 @@ func (s *server) call(ctx context.Context, method string, params, result any) er
 		return ctx.Err()
 	}
 	if errors.Is(err, jsonrpc2.ErrClosed) || s.exitedNow() {
+		s.gone()
 		return fmt.Errorf("%s %w during %s", s.name, errExited, method)
 	}
 	var re *jsonrpc2.Error
@@ -295,6 +296,7 @@ func (e *serverError) Error() string {
 func (s *server) notify(ctx context.Context, method string, params any) error {
 	err := s.conn.Notify(ctx, method, params)
 	if errors.Is(err, jsonrpc2.ErrClosed) || s.exitedNow() {
+		s.gone()
 		return fmt.Errorf("%s %w during %s", s.name, errExited, method)
 	}
 	return err
@@ -302,12 +304,25 @@ func (s *server) notify(ctx context.Context, method string, params any) error {
 
 func (s *server) touch() { s.lastUsed.Store(time.Now().UnixNano()) }
 
+// exitedNow reports whether the server is gone: its process ended or its pipes closed
+// (the connection sees EOF a moment before the process is reaped).
 func (s *server) exitedNow() bool {
 	select {
 	case <-s.done:
 		return true
+	case <-s.conn.DisconnectNotify():
+		return true
 	default:
 		return false
+	}
+}
+
+// gone makes sure a server whose connection closed is really ended and reaped, so the
+// retry that follows starts a fresh one instead of finding this one half dead.
+func (s *server) gone() {
+	if !s.exitsSoon() {
+		s.kill()
+		<-s.done
 	}
 }
 
