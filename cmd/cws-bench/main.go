@@ -98,6 +98,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "cws %s, image %s, %s\n\n", version.Version, *image, host())
+	var goalsTable strings.Builder
+	if ok, _ := writeGoals(&goalsTable, rows); ok {
+		fmt.Fprintf(stdout, "Goals, each figure beside its anchor measured in this run:\n\n%s\nEvery measurement:\n\n", goalsTable.String())
+	}
 	if err := bench.WriteTable(stdout, rows); err != nil {
 		return err
 	}

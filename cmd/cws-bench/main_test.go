@@ -52,3 +52,36 @@ func TestRatioLine(t *testing.T) {
 		t.Error("line with a row missing should be skipped")
 	}
 }
+
+func TestGoals(t *testing.T) {
+	rows := []bench.Row{
+		{Name: "fast", N: 10, P50: time.Millisecond},
+		{Name: "anchor", N: 10, P50: 60 * time.Millisecond},
+		{Name: "busy", N: 10, P50: time.Millisecond, Rate: 2500},
+		{Name: "rss", N: 1, P50: 1, Bytes: 12 << 20},
+	}
+	for _, c := range []struct {
+		g    goal
+		want string
+		met  bool
+	}{
+		{goal{Row: "fast", Anchor: "anchor", MaxP50: time.Millisecond, Faster: 50}, "60.0× faster", true},
+		{goal{Row: "fast", Anchor: "anchor", Faster: 100}, "60.0× faster", false},
+		{goal{Row: "anchor", Anchor: "fast", Slower: 1}, "60.00× the anchor's time", false},
+		{goal{Row: "busy", MinRate: 3000}, "", false},
+		{goal{Row: "rss", MaxBytes: 15 << 20}, "", true},
+		{goal{Row: "fast", Anchor: "missing", Faster: 2}, "", false},
+	} {
+		r, ok := c.g.judge(rows)
+		if !ok || r.met != c.met || !strings.Contains(r.versus, c.want) {
+			t.Errorf("judge(%+v) = %+v, %v; want versus %q, met %v", c.g, r, ok, c.want, c.met)
+		}
+	}
+	if _, ok := (goal{Row: "not run"}).judge(rows); ok {
+		t.Error("a goal whose row was not measured must be left out")
+	}
+	var b strings.Builder
+	if ok, err := writeGoals(&b, nil); ok || err != nil || b.Len() != 0 {
+		t.Errorf("writeGoals with no rows = %v, %v, %q", ok, err, b.String())
+	}
+}

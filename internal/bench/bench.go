@@ -21,6 +21,11 @@ type Row struct {
 	Min  time.Duration
 	Max  time.Duration
 	Note string // printed in the last column, e.g. "4 KiB file, 2 cores"
+
+	// Rate is a throughput (operations per second) measured with the samples, and
+	// Bytes a size (memory); zero when the row has none. The goals table uses them.
+	Rate  float64
+	Bytes int64
 }
 
 // Summarize computes a Row from samples. It does not keep or modify them.
@@ -84,6 +89,10 @@ func WriteTable(w io.Writer, rows []Row) error {
 	for _, r := range rows {
 		if r.N == 0 {
 			fmt.Fprintf(&b, "| %s | 0 | n/a | n/a | n/a | %s |\n", r.Name, r.Note)
+			continue
+		}
+		if r.Bytes > 0 { // a size, not a latency: printed in the p50 column
+			fmt.Fprintf(&b, "| %s | %d | — | %.1f MiB | — | %s |\n", r.Name, r.N, float64(r.Bytes)/(1<<20), r.Note)
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.Name, r.N, Format(r.Mean), Format(r.P50), Format(r.P99), r.Note)

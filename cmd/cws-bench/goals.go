@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cwsdev/cws/internal/bench"
+)
+
+// goal is one of the performance figures cws is held to, printed in the summary table
+// beside its anchor: the same kind of work done the plain way, measured in the same run.
+// A goal whose row was not measured (its section was not run) is left out.
+type goal struct {
+	Figure string // what is measured, as an operator would say it
+	Row    string // the row that measures it
+	Anchor string // the row it is compared with; "" for none
+
+	MaxP50   time.Duration // the row's p50 must be at most this (0: no bound)
+	MinRate  float64       // the row's Rate must be at least this (0: no bound)
+	MaxBytes int64         // the row's Bytes must be at most this (0: no bound)
+	// Faster: the anchor's p50 over the row's p50 must be at least this (the row is
+	// this many times faster). Slower: the row's p50 over the anchor's must be at most
+	// this. Zero: no bound.
+	Faster, Slower float64
+}
+
+// goals is the registry; section files append to it in init, in the order they print.
+var goals []goal
+
+// result is a goal judged against the rows.
+type result struct {
+	cws, anchor, versus, target string
+	met                         bool
+}
+
+func (g goal) judge(rows []bench.Row) (result, bool) {
+	row, ok := find(rows, g.Row)
+	if !ok {
+		return result{}, false
+	}
+	r := result{met: true}
+	var targets []string
+	switch { // the figure the goal is about
+	case g.MaxBytes > 0:
+		r.cws = fmt.Sprintf("%.1f MiB", float64(row.Bytes)/(1<<20))
+	case g.MinRate > 0:
+		r.cws = fmt.Sprintf("%.0f /s", row.Rate)
+	default:
+		r.cws = bench.Format(row.P50)
+	}
+	if g.MaxP50 > 0 {
+		targets = append(targets, "≤ "+bench.Format(g.MaxP50))
+		r.met = r.met && row.P50 <= g.MaxP50
+	}
+	if g.MinRate > 0 {
+		targets = append(targets, fmt.Sprintf("≥ %.0f /s", g.MinRate))
+		r.met = r.met && row.Rate >= g.MinRate
+	}
+	if g.MaxBytes > 0 {
+		targets = append(targets, fmt.Sprintf("≤ %d MiB", g.MaxBytes>>20))
+		r.met = r.met && row.Bytes > 0 && row.Bytes <= g.MaxBytes
+	}
+	if g.Anchor != "" {
+		if a, ok := find(rows, g.Anchor); ok && row.P50 > 0 && a.P50 > 0 {
+			r.anchor = g.Anchor + ": " + bench.Format(a.P50)
+			x := float64(a.P50) / float64(row.P50)
+			if x >= 1 {
+				r.versus = fmt.Sprintf("%.1f× faster", x)
+			} else {
+				r.versus = fmt.Sprintf("%.2f× the anchor's time", 1/x)
+			}
+			if g.Faster > 0 {
+				targets = append(targets, fmt.Sprintf("≥ %g× faster", g.Faster))
+				r.met = r.met && x >= g.Faster
+			}
+			if g.Slower > 0 {
+				targets = append(targets, fmt.Sprintf("≤ %g× the anchor's time", g.Slower))
+				r.met = r.met && 1/x <= g.Slower
+			}
+		} else {
+			r.anchor = g.Anchor + ": not measured"
+			r.met = r.met && g.Faster == 0 && g.Slower == 0
+		}
+	}
+	r.target = strings.Join(targets, ", ")
+	return r, true
+}
+
+func find(rows []bench.Row, name string) (bench.Row, bool) {
+	i := slices.IndexFunc(rows, func(x bench.Row) bool { return x.Name == name && x.N > 0 && (x.P50 > 0 || x.Bytes > 0) })
+	if i < 0 {
+		return bench.Row{}, false
+	}
+	return rows[i], true
+}
+
+// writeGoals prints the summary table of the goals whose rows were measured, and
+// reports whether there was any.
+func writeGoals(w io.Writer, rows []bench.Row) (bool, error) {
+	var b strings.Builder
+	b.WriteString("| figure | cws | anchor (same run) | cws vs anchor | goal | |\n")
+	b.WriteString("|---|---:|---|---|---|---|\n")
+	any := false
+	for _, g := range goals {
+		r, ok := g.judge(rows)
+		if !ok {
+			continue
+		}
+		any = true
+		verdict := "met"
+		if !r.met {
+			verdict = "**NOT met**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", g.Figure, r.cws, dash(r.anchor), dash(r.versus), dash(r.target), verdict)
+	}
+	if !any {
+		return false, nil
+	}
+	_, err := io.WriteString(w, b.String())
+	return true, err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
