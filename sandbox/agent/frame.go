@@ -92,13 +92,19 @@ func ReadFrame(r io.Reader) (*Header, []byte, error) {
 }
 
 func readRaw(r io.Reader) (header, body []byte, err error) {
+	return readRawMax(r, MaxHeader, MaxBody)
+}
+
+// readRawMax reads one frame whose header and body are at most maxHeader and maxBody
+// bytes; a larger one is refused before anything is allocated.
+func readRawMax(r io.Reader, maxHeader, maxBody uint32) (header, body []byte, err error) {
 	var pre [8]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, nil, err
 	}
 	hl := binary.BigEndian.Uint32(pre[0:4])
 	bl := binary.BigEndian.Uint32(pre[4:8])
-	if hl > MaxHeader || bl > MaxBody {
+	if hl > maxHeader || bl > maxBody {
 		return nil, nil, fmt.Errorf("frame too large: header %d, body %d bytes", hl, bl)
 	}
 	buf := make([]byte, int(hl)+int(bl))

@@ -140,7 +140,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	if err := agent.WriteHello(conn, ours); err != nil {
 		return
 	}
-	sess, err := yamux.Server(conn, agent.YamuxConfig())
+	sess, err := yamux.Server(agent.MuxConn(conn), agent.YamuxConfig())
 	if err != nil {
 		return
 	}
