@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,9 +24,11 @@ import (
 )
 
 // agentBinary is the cws-agent that TestMain builds; agentErr says why it could not.
+// socketDir is the drivers' socket directory for this run (not /var/run/cws/agent).
 var (
 	agentBinary string
 	agentErr    error
+	socketDir   string
 )
 
 func TestMain(m *testing.M) {
@@ -35,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBinary = filepath.Join(dir, "cws-agent")
+	socketDir = filepath.Join(dir, "sockets")
 	cmd := exec.Command("go", "build", "-o", agentBinary, "github.com/cwsdev/cws/cmd/cws-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -79,15 +83,27 @@ func requireImage(t *testing.T, cli *client.Client, image string) {
 	}
 }
 
-// newDriver returns a Driver with the test agent, closed at the end of the test.
+// newDriver returns a Driver with the test agent, closed at the end of the test. It
+// takes the socket path (the default on a local engine), under this run's socketDir.
 func newDriver(t *testing.T) *Driver {
+	t.Helper()
+	return newDriverWith(t, Config{})
+}
+
+// newDriverWith is newDriver with cfg's Transport, SocketDir and Log (the rest is set).
+func newDriverWith(t *testing.T, cfg Config) *Driver {
 	t.Helper()
 	if agentErr != nil {
 		skipOrFail(t, "%v", agentErr)
 	}
 	w := &testWriter{t: t}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d, err := New(Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log, Instance: "test-docker"})
+	cfg.AgentBinary, cfg.StopTimeout, cfg.Instance = agentBinary, 2*time.Second, "test-docker"
+	cfg.SocketDir = cmp.Or(cfg.SocketDir, socketDir)
+	if cfg.Log == nil {
+		cfg.Log = log
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
