@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -101,7 +100,7 @@ const (
 )
 
 // attachSocket dials the agent socket of c, waiting for it on a young container.
-func (d *Driver) attachSocket(ctx context.Context, c container.InspectResponse, ss socketSetup) (net.Conn, error) {
+func (d *Driver) attachSocket(ctx context.Context, c container.InspectResponse, ss socketSetup) (io.ReadWriteCloser, error) {
 	until := time.Now()
 	if started, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil && time.Since(started) < socketYoung {
 		until = until.Add(socketWait)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,5 +77,17 @@ func dialAgent(ctx context.Context, socketDir string, ss socketSetup) (net.Conn,
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return conn, nil
+	return &socketConn{Conn: conn}, nil
+}
+
+// socketConn is a connection to an agent's socket. Like the exec stream, it may be
+// closed more than once, and Close never fails.
+type socketConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *socketConn) Close() error {
+	c.once.Do(func() { c.Conn.Close() })
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,8 +51,8 @@ func TestSocketTransport(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rw.Close()
-		if _, ok := rw.(*net.UnixConn); !ok {
-			t.Fatalf("Attach returned a %T, want the socket (*net.UnixConn)", rw)
+		if _, ok := rw.(*socketConn); !ok {
+			t.Fatalf("Attach returned a %T, want the socket", rw)
 		}
 	})
 

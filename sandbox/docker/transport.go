@@ -66,37 +66,48 @@ func (d *Driver) Transport() (name, why string) { return d.transport.get() }
 // SocketDir is the host directory under which each container gets its socket directory.
 func (d *Driver) SocketDir() string { return d.socketDir }
 
-// chooseTransport applies Config.Transport to the engine at daemonHost, preparing the
-// socket directory when the socket path is possible.
+// chooseTransport applies Config.Transport to the engine at daemonHost.
 func (d *Driver) chooseTransport(want, daemonHost string) error {
+	name, why, err := ResolveTransport(want, daemonHost, d.socketDir)
+	if err != nil {
+		return fmt.Errorf("docker driver: %w", err)
+	}
+	d.transport.set(name, why)
+	// A container made with a socket directory is dialed on it whenever the engine is
+	// local, even once new ones stop getting one.
+	d.dialSockets = want != TransportExec && strings.HasPrefix(daemonHost, "unix://")
+	return nil
+}
+
+// ResolveTransport is the path to agents that a Driver with transport want (see
+// Config.Transport) and socketDir takes on the engine at daemonHost (as the Docker
+// client names it, e.g. unix:///var/run/docker.sock), and why, in a sentence. On the
+// socket path it prepares socketDir as the driver does (created if missing, mode
+// 0700). A forced socket path that is impossible is an error; auto falls back to exec.
+func ResolveTransport(want, daemonHost, socketDir string) (name, why string, err error) {
 	switch want {
 	case "", TransportAuto:
 		want = TransportAuto
 	case TransportSocket, TransportExec:
 	default:
-		return fmt.Errorf("docker driver: transport %q: want auto, socket or exec", want)
+		return "", "", fmt.Errorf("transport %q: want auto, socket or exec", want)
 	}
 	if want == TransportExec {
-		d.transport.set(TransportExec, "the exec stream was configured (--agent-transport exec)")
-		return nil
+		return TransportExec, "the exec stream was chosen (transport exec)", nil
 	}
 	if !strings.HasPrefix(daemonHost, "unix://") {
 		if want == TransportSocket {
-			return fmt.Errorf("docker driver: transport socket needs a local engine (DOCKER_HOST unset or unix://), not %s", daemonHost)
+			return "", "", fmt.Errorf("transport socket needs a local engine (DOCKER_HOST unset or unix://), not %s", daemonHost)
 		}
-		d.transport.set(TransportExec, fmt.Sprintf("the engine at %s is remote: a socket on its host cannot be dialed from here", daemonHost))
-		return nil
+		return TransportExec, fmt.Sprintf("the engine at %s is remote: a socket on its host cannot be dialed from here", daemonHost), nil
 	}
-	d.dialSockets = true
-	if err := prepareSocketDir(d.socketDir); err != nil {
+	if err := prepareSocketDir(socketDir); err != nil {
 		if want == TransportSocket {
-			return fmt.Errorf("docker driver: socket directory: %w", err)
+			return "", "", fmt.Errorf("socket directory: %w", err)
 		}
-		d.transport.set(TransportExec, fmt.Sprintf("the socket directory is unusable: %v", err))
-		return nil
+		return TransportExec, fmt.Sprintf("the socket directory is unusable: %v", err), nil
 	}
-	d.transport.set(TransportSocket, fmt.Sprintf("the engine is local (%s): agents are dialed on their socket under %s, the exec stream is the fallback", daemonHost, d.socketDir))
-	return nil
+	return TransportSocket, fmt.Sprintf("the engine is local (%s): agents are dialed on their socket under %s, the exec stream is the fallback", daemonHost, socketDir), nil
 }
 
 // prepareSocketDir makes dir cws's own: created if missing, mode 0700 (only cws, and
