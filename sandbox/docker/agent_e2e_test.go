@@ -89,7 +89,7 @@ func (e *e2eEnv) client(t *testing.T) *agent.Client {
 }
 
 // ready pings until the agent answers: Create does not wait for it.
-func (e *e2eEnv) ready(t *testing.T, c *agent.Client) agent.PingResult {
+func (e *e2eEnv) ready(t testing.TB, c *agent.Client) agent.PingResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()

@@ -169,6 +169,50 @@ func TestSocketTransport(t *testing.T) {
 		}
 	})
 
+	t.Run("start after the directory vanished", func(t *testing.T) {
+		// A reboot empties /var/run: Start makes the directory again, or the engine
+		// could not mount it and the sandbox would never start.
+		cl.Close()
+		if err := d.Stop(t.Context(), info.ID); err != nil {
+			t.Fatal(err)
+		}
+		must(t, os.RemoveAll(dir))
+		if err := d.Start(t.Context(), info.ID); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		e.ready(t, cl)
+		rw, err := d.Attach(t.Context(), info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rw.Close()
+		if _, ok := rw.(*socketConn); !ok {
+			t.Fatalf("Attach returned a %T, want the socket", rw)
+		}
+	})
+
+	t.Run("prune orphan directories", func(t *testing.T) {
+		old := time.Now().Add(-time.Hour)
+		orphan, young := filepath.Join(d.SocketDir(), newKey(t)), filepath.Join(d.SocketDir(), newKey(t))
+		must(t, os.Mkdir(orphan, 0o700))
+		must(t, os.Mkdir(young, 0o700))
+		must(t, os.Chtimes(orphan, old, old))
+		must(t, os.Chtimes(dir, old, old)) // old, but its container lives
+		removed, err := d.PruneSocketDirs(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(removed) != 1 || removed[0] != filepath.Base(orphan) {
+			t.Errorf("pruned %v, want only %s", removed, filepath.Base(orphan))
+		}
+		for _, p := range []string{dir, young} {
+			if _, err := os.Lstat(p); err != nil {
+				t.Errorf("%s: %v (pruned, but it must stay)", p, err)
+			}
+		}
+		os.Remove(young)
+	})
+
 	t.Run("remove deletes the directory", func(t *testing.T) {
 		cl.Close()
 		if err := d.Remove(t.Context(), info.ID); err != nil {

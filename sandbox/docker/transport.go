@@ -3,7 +3,9 @@ package docker
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/cwsdev/cws/sandbox"
@@ -155,9 +158,17 @@ func (d *Driver) newSocketDir(user string) (socketSetup, error) {
 	_, _ = rand.Read(k[:])
 	_, _ = rand.Read(s[:])
 	ss := socketSetup{key: hex.EncodeToString(k[:]), secret: hex.EncodeToString(s[:])}
-	dir := filepath.Join(d.socketDir, ss.key)
+	if err := d.makeSocketDir(ss.key, user); err != nil {
+		return socketSetup{}, err
+	}
+	return ss, nil
+}
+
+// makeSocketDir makes the socket directory named key for the tool uid:gid user.
+func (d *Driver) makeSocketDir(key, user string) error {
+	dir := filepath.Join(d.socketDir, key)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return socketSetup{}, fmt.Errorf("socket directory: %w", err)
+		return fmt.Errorf("socket directory: %w", err)
 	}
 	uid, gid := toolIDs(user)
 	mode := os.FileMode(0o711)
@@ -166,9 +177,32 @@ func (d *Driver) newSocketDir(user string) (socketSetup, error) {
 	}
 	if err := os.Chmod(dir, mode); err != nil {
 		os.Remove(dir)
-		return socketSetup{}, fmt.Errorf("socket directory: %w", err)
+		return fmt.Errorf("socket directory: %w", err)
 	}
-	return ss, nil
+	return nil
+}
+
+// restoreSocketDir makes a stopped container's socket directory again if it is gone
+// (the default lives on /var/run, a tmpfs: a reboot empties it), so that the engine
+// can mount it when the container starts. Without it, the start would fail.
+func (d *Driver) restoreSocketDir(c container.InspectResponse) {
+	if c.Config == nil {
+		return
+	}
+	key := c.Config.Labels[sandbox.LabelSocketDir]
+	if !socketKeyRE.MatchString(key) {
+		return
+	}
+	if _, err := os.Lstat(filepath.Join(d.socketDir, key)); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err := os.MkdirAll(d.socketDir, 0o700); err != nil {
+		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
+		return
+	}
+	if err := d.makeSocketDir(key, toolUser(c)); err != nil {
+		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
+	}
 }
 
 // removeSocketDir removes a container's socket directory. RemoveAll never follows a
