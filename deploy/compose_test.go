@@ -67,6 +67,8 @@ func TestCompose(t *testing.T) {
 		"CWS_PUBLIC_URL=" + base,
 		"DOCKER_GID=" + socketGID(t),
 		"COMPOSE_PROJECT_NAME=" + project,
+		// This run's own socket directory, on the host and at the same path in cws.
+		"CWS_AGENT_SOCKET_DIR=" + t.TempDir(),
 	}}
 	dc := func(args ...string) []string {
 		return append(append(compose[1:len(compose):len(compose)], "-p", project, "-f", filepath.Join(root, "docker-compose.yml")), args...)
@@ -114,6 +116,14 @@ func TestCompose(t *testing.T) {
 	boxBefore := strings.TrimSpace(host.must(t, "docker", "ps", "-q", "--no-trunc", "--filter", "label=cws.session="+sessionID))
 	if boxBefore == "" {
 		t.Fatalf("no running workspace container labelled cws.session=%s", sessionID)
+	}
+	// cws (non-root, in its container) reached the agent over its socket: the workspace
+	// has a socket directory, and no `cws-agent attach` bridge ever ran in it.
+	if key := strings.TrimSpace(host.must(t, "docker", "inspect", "-f", `{{index .Config.Labels "cws.sockdir"}}`, boxBefore)); key == "" {
+		t.Error("the workspace has no socket directory (cws.sockdir): cws took the exec stream")
+	}
+	if top := host.must(t, "docker", "top", boxBefore, "-eo", "pid,args"); strings.Contains(top, "cws-agent attach") {
+		t.Errorf("a docker exec bridge runs in the workspace: cws fell back to the exec stream\n%s", top)
 	}
 
 	// Redis holds the session.

@@ -127,19 +127,22 @@ type podSpec struct {
 		RunAsNonRoot       *bool   `json:"runAsNonRoot"`
 		SupplementalGroups []int64 `json:"supplementalGroups"`
 	} `json:"securityContext"`
-	Containers []container `json:"containers"`
-	Volumes    []struct {
-		Name     string `json:"name"`
-		HostPath *struct {
-			Path string `json:"path"`
-		} `json:"hostPath"`
-		Projected *struct {
-			Sources []struct {
-				Secret    *struct{ Name string } `json:"secret"`
-				ConfigMap *struct{ Name string } `json:"configMap"`
-			} `json:"sources"`
-		} `json:"projected"`
-	} `json:"volumes"`
+	Containers     []container `json:"containers"`
+	InitContainers []container `json:"initContainers"`
+	Volumes        []podVolume `json:"volumes"`
+}
+
+type podVolume struct {
+	Name     string `json:"name"`
+	HostPath *struct {
+		Path string `json:"path"`
+	} `json:"hostPath"`
+	Projected *struct {
+		Sources []struct {
+			Secret    *struct{ Name string } `json:"secret"`
+			ConfigMap *struct{ Name string } `json:"configMap"`
+		} `json:"sources"`
+	} `json:"projected"`
 }
 
 type container struct {
@@ -296,6 +299,31 @@ func checkRender(t *testing.T, o optionSet, list []manifest) {
 		}
 		if sc := dind.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 			t.Error("dind sidecar is not privileged; dockerd cannot run")
+		}
+	}
+	// The agents' socket directory: at the same path in cws as where the engine finds
+	// it (the node, or the DinD sidecar, whose dockerd resolves the bind mounts), and
+	// handed to cws's uid by an init container.
+	sockDir := ""
+	for _, e := range cws.Env {
+		if e.Name == "CWS_AGENT_SOCKET_DIR" {
+			sockDir = e.Value
+		}
+	}
+	if sockDir == "" {
+		t.Error("cws has no CWS_AGENT_SOCKET_DIR: it would reach the agents through docker exec only")
+	} else {
+		if !hasMount(cws, sockDir) {
+			t.Errorf("cws does not mount the socket directory at %s", sockDir)
+		}
+		if o.dind && !hasMount(dind, sockDir) {
+			t.Errorf("the DinD sidecar does not mount the socket directory at %s", sockDir)
+		}
+		if init := findContainer(pod.InitContainers, "agent-socket-dir"); init == nil || !hasMount(init, sockDir) {
+			t.Errorf("no init container agent-socket-dir mounting %s", sockDir)
+		}
+		if !o.dind && !slices.ContainsFunc(pod.Volumes, func(v podVolume) bool { return v.HostPath != nil && v.HostPath.Path == sockDir }) {
+			t.Errorf("no hostPath volume at %s: the node's engine would not see the sockets", sockDir)
 		}
 	}
 	if len(pod.SecurityContext.SupplementalGroups) == 0 {

@@ -19,6 +19,9 @@ const (
 	LabelImage    = "cws.image"    // the workspace image, as requested
 	LabelAgent    = "cws.agent"    // on the agent volume: the agent's version-hash
 	LabelDefault  = "cws.default"  // "true" on the caller's default session (/mcp without a session claim)
+	// LabelSocketDir names the container's agent socket directory under the driver's
+	// socket dir: random at create, never derived from the session.
+	LabelSocketDir = "cws.sockdir"
 )
 
 // Errors drivers return, wrapped with context. Compare with errors.Is.

@@ -1,7 +1,8 @@
 // Command cws-agent is the static agent cws injects into every sandbox at /.cws.
 //
 //	cws-agent init     PID 1: prepares /workspace, drops to the tool uid, runs `serve`, reaps zombies
-//	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent
+//	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent, and on
+//	                   /.cws-run/agent.sock (proven by CWS_AGENT_SECRET) when cws mounted it
 //	cws-agent attach   bridges stdio to that socket (what cws runs with `docker exec`)
 //	cws-agent launch   restricts itself with Landlock, then execs a command (package launch)
 //	cws-agent version  prints the agent's release and protocol
@@ -61,7 +62,8 @@ func usage() {
 
 Usage:
   cws-agent init      run as the container's PID 1 (prepares /workspace, drops privileges, reaps)
-  cws-agent serve     serve the agent protocol on the abstract socket @cws-agent
+  cws-agent serve     serve the agent protocol on the abstract socket @cws-agent (and on
+                      /.cws-run/agent.sock, behind a secret handshake, when cws mounted it)
   cws-agent attach    bridge stdin/stdout to the agent (used by cws through docker exec)
   cws-agent launch    restrict execution with Landlock, then exec a command (used by serve)
   cws-agent version   print the release and protocol version

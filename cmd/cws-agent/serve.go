@@ -1,15 +1,19 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/version"
 )
@@ -26,6 +30,10 @@ const stateDir = "/tmp/.cws-agent/requests"
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	warmUp()
+	// The secret of the socket path: read once, and gone from the environment so that
+	// nothing this process starts can inherit it (commands get a built environment anyway).
+	secret := os.Getenv(agent.EnvSecret)
+	os.Unsetenv(agent.EnvSecret)
 	root := os.Getenv("CWS_WORKSPACE")
 	self, err := os.Executable()
 	if err != nil {
@@ -45,14 +53,55 @@ func runServe(args []string) error {
 		return err
 	}
 	log.Info("agent listening", "socket", socketName, "uid", os.Getuid(), "version", version.Version)
+	sl := listenRunDir(log, secret)
+	if sl != nil {
+		go func() {
+			if err := srv.ServeSecret(sl, []byte(secret)); err != nil {
+				log.Warn("agent socket stopped", "err", err)
+			}
+		}()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-sigs
 		l.Close()
+		if sl != nil {
+			sl.Close()
+		}
 		srv.Close()
 	}()
 	return srv.Serve(l)
+}
+
+// listenRunDir listens on the socket of the host's direct path (agent.RunDir, mounted
+// by the driver) when the container has one and a secret for it; nil otherwise, and
+// the host uses the docker exec path.
+func listenRunDir(log *slog.Logger, secret string) net.Listener {
+	if secret == "" {
+		return nil
+	}
+	if fi, err := os.Stat(agent.RunDir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	path := filepath.Join(agent.RunDir, agent.SocketName)
+	// A socket left by a previous serve (killed, then restarted by init) would make
+	// the bind fail; whatever else sits at that name goes too.
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("agent socket: remove stale entry", "path", path, "err", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		log.Warn("agent socket: not listening, the host will use docker exec", "path", path, "err", err)
+		return nil
+	}
+	// Anyone who may reach the host's directory may connect (cws may run as another
+	// uid than the tool's); the secret handshake decides who is served.
+	if err := os.Chmod(path, 0o666); err != nil {
+		log.Warn("agent socket: chmod", "path", path, "err", err)
+	}
+	log.Info("agent listening", "socket", path)
+	return l
 }
 
 func warmUp() {

@@ -1,7 +1,7 @@
 // Command cws-bench measures cws's sandbox paths against the real Docker engine and
 // prints the results as a markdown table (what `make bench` runs):
 //
-//	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-list]
+//	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-transport auto|socket|exec] [-list]
 //
 // Each measurement is a section (see section.go); sections share one sandbox of the
 // chosen image, created on first use and removed at the end. Progress goes to stderr,
@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scale := fs.Float64("n", 1, "scale every section's iteration count by this factor (e.g. 0.1 for a smoke run)")
 	only := fs.String("only", "", "comma-separated sections to run; empty runs all (see -list)")
 	list := fs.Bool("list", false, "list the sections and exit")
+	transport := fs.String("transport", docker.TransportAuto, "path to the agents: auto, socket or exec (docker.Config.Transport)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,11 +81,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	d, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second, Instance: "bench"})
+	d, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second, Instance: "bench", Transport: *transport})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	name, why := d.Transport()
+	fmt.Fprintf(stderr, "bench: agent transport %s: %s\n", name, why)
 	e := &env{driver: d, image: *image, scale: *scale, progress: stderr}
 	defer e.close(ctx)
 

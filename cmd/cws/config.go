@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/spf13/pflag"
 )
@@ -27,6 +28,10 @@ type Config struct {
 	ReapEvery    time.Duration // reaper and reconcile interval
 	DrainTimeout time.Duration // how long shutdown waits for in-flight requests (the grace period)
 	StoreTimeout time.Duration // deadline of each session-store operation
+	// AgentTransport is how cws reaches the agents: auto, socket or exec
+	// (docker.Config.Transport); AgentSocketDir is the host directory of their sockets.
+	AgentTransport string
+	AgentSocketDir string
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -42,6 +47,8 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.LogLevel, "log-level", envDefault(getenv, "CWS_LOG_LEVEL", "info"), "log level: debug, info, warn, error [CWS_LOG_LEVEL]")
 	f.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often expired sessions and orphan containers are removed")
 	f.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration(getenv, "CWS_DRAIN_TIMEOUT", 25*time.Second), "on SIGTERM, how long in-flight requests may finish (keep it below the pod's terminationGracePeriodSeconds) [CWS_DRAIN_TIMEOUT]")
+	f.StringVar(&c.AgentTransport, "agent-transport", envDefault(getenv, "CWS_AGENT_TRANSPORT", docker.TransportAuto), "how cws reaches workspace agents: auto (a unix socket when the Docker engine is local, else docker exec), socket, or exec [CWS_AGENT_TRANSPORT]")
+	f.StringVar(&c.AgentSocketDir, "agent-socket-dir", envDefault(getenv, "CWS_AGENT_SOCKET_DIR", docker.DefaultSocketDir), "host directory of the agents' sockets (absolute); when cws runs in a container, mount it at the same path [CWS_AGENT_SOCKET_DIR]")
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 }
 
@@ -74,6 +81,14 @@ func (c *Config) validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
+	}
+	switch c.AgentTransport {
+	case docker.TransportAuto, docker.TransportSocket, docker.TransportExec:
+	default:
+		return fmt.Errorf("--agent-transport %q: want auto, socket or exec", c.AgentTransport)
+	}
+	if !filepath.IsAbs(c.AgentSocketDir) {
+		return fmt.Errorf("--agent-socket-dir %q: want an absolute path on the Docker host, e.g. %s", c.AgentSocketDir, docker.DefaultSocketDir)
 	}
 	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
 		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")

@@ -16,6 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
+	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace/policy"
 	dockerclient "github.com/docker/docker/client"
@@ -36,6 +37,7 @@ func doctorCmd(getenv func(string) string) *cobra.Command {
   - the Docker engine answers (DOCKER_HOST, or the local socket)
   - the workspace images are present
   - Landlock is available to enforce allowedCommands (when the engine is local)
+  - which path cws takes to the workspace agents (a unix socket, or docker exec), and why
   - cws-agent sits next to cws (or at --agent-binary)
   - Redis answers, if --redis-url is given
   - the tenants file loads and every tenant's policy parses, if --tenants is given
@@ -64,6 +66,8 @@ Examples:
 	f.StringVar(&o.redisURL, "redis-url", getenv("CWS_REDIS_URL"), "Redis to check [CWS_REDIS_URL]")
 	f.StringArrayVar(&o.images, "image", []string{envDefault(getenv, "CWS_DEFAULT_IMAGE", version.WorkspaceImage)}, "image that must be present (repeatable)")
 	f.StringVar(&o.agentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "cws-agent binary to check (default: next to cws) [CWS_AGENT_BINARY]")
+	f.StringVar(&o.transport, "agent-transport", envDefault(getenv, "CWS_AGENT_TRANSPORT", docker.TransportAuto), "agent transport to check: auto, socket or exec [CWS_AGENT_TRANSPORT]")
+	f.StringVar(&o.socketDir, "agent-socket-dir", envDefault(getenv, "CWS_AGENT_SOCKET_DIR", docker.DefaultSocketDir), "host directory of the agents' sockets [CWS_AGENT_SOCKET_DIR]")
 	f.StringVar(&o.server, "server", envDefault(getenv, "CWS_SERVER", defaultServer), "cws whose /readyz to check, if it answers [CWS_SERVER]")
 	return cmd
 }
@@ -74,6 +78,8 @@ type doctorOptions struct {
 	images      []string
 	agentBinary string
 	server      string
+	transport   string
+	socketDir   string
 }
 
 // doctor prints check results and counts failures.
@@ -103,14 +109,15 @@ func (d *doctor) fail(hint, format string, a ...any) {
 }
 
 func (d *doctor) run(ctx context.Context, o doctorOptions) {
-	d.docker(ctx, o.images)
+	d.docker(ctx, o)
 	d.agent(o.agentBinary)
 	d.redis(ctx, o.redisURL)
 	d.tenants(o.tenants)
 	d.server(ctx, o.server)
 }
 
-func (d *doctor) docker(ctx context.Context, images []string) {
+func (d *doctor) docker(ctx context.Context, o doctorOptions) {
+	images := o.images
 	const hint = "run `make deps` (installs and starts dockerd), or point DOCKER_HOST at a running engine"
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
@@ -119,6 +126,7 @@ func (d *doctor) docker(ctx context.Context, images []string) {
 	}
 	defer cli.Close()
 	d.landlock(cli.DaemonHost())
+	d.agentTransport(cli.DaemonHost(), o.transport, o.socketDir)
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	if _, err := cli.Ping(ctx); err != nil {
@@ -159,6 +167,22 @@ func (d *doctor) landlock(dockerHost string) {
 	}
 	d.warn("use a kernel with Landlock (5.13+, \"landlock\" in the lsm= boot list); tenants with \"requireLandlock\": true get their commands refused meanwhile",
 		"Landlock unavailable: commands run without kernel enforcement of allowedCommands (counted in cws_exec_unenforced_total)")
+}
+
+// agentTransport says which path cws serve would take to the agents, as the driver
+// decides it (it prepares the socket directory as cws serve would).
+func (d *doctor) agentTransport(dockerHost, want, socketDir string) {
+	name, why, err := docker.ResolveTransport(want, dockerHost, socketDir)
+	switch {
+	case err != nil:
+		d.fail("use --agent-transport auto (or exec); for the socket path, run cws beside the engine with --agent-socket-dir writable by cws",
+			"agent transport %s: %v", want, err)
+	case name == docker.TransportExec && want != docker.TransportExec && strings.HasPrefix(dockerHost, "unix://"):
+		d.warn(fmt.Sprintf("create it owned by cws's uid (install -d -m 0700 -o %d %s); when cws runs in a container, mount it at the same path (docker-compose.yml and the Helm chart do)", os.Geteuid(), socketDir),
+			"agent transport: exec (every call crosses dockerd, the shim and a bridge): %s", why)
+	default:
+		d.ok("agent transport: %s: %s", name, why)
+	}
 }
 
 func (d *doctor) agent(path string) {

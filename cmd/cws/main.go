@@ -55,7 +55,7 @@ Every flag has a CWS_* environment fallback (--redis-url ↔ CWS_REDIS_URL).`,
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCmd(getenv), tokenCmd(getenv), healthcheckCmd(getenv), versionCmd())
+	root.AddCommand(serveCmd(getenv), tokenCmd(getenv), healthcheckCmd(getenv), versionCmd(), socketDirCmd(getenv))
 	addClientCommands(root, getenv)
 	return root.ExecuteContext(ctx)
 }

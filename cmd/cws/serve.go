@@ -108,7 +108,8 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 	})
 
-	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance})
+	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance,
+		Transport: cfg.AgentTransport, SocketDir: cfg.AgentSocketDir})
 	if err != nil {
 		return err
 	}
@@ -142,6 +143,9 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	if err := svc.Reconcile(ctx); err != nil {
 		log.Warn("startup reconcile", "err", err)
+	}
+	if _, err := driver.PruneSocketDirs(ctx); err != nil {
+		log.Warn("startup: prune agent socket directories", "err", err)
 	}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaper()

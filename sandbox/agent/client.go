@@ -88,7 +88,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, err
 	}
-	sess, err := yamux.Client(conn, YamuxConfig())
+	sess, err := yamux.Client(MuxConn(conn), YamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)

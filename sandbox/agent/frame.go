@@ -65,17 +65,33 @@ func WriteFrame(w io.Writer, h *Header, body []byte) error {
 	return writeRaw(w, hb, body)
 }
 
-func writeRaw(w io.Writer, header, body []byte) error {
-	if len(header) > MaxHeader || len(body) > MaxBody {
-		return fmt.Errorf("frame too large: header %d, body %d bytes", len(header), len(body))
+// AppendFrame appends one encoded frame to buf, for a writer that sends several frames
+// in one write.
+func AppendFrame(buf []byte, h *Header, body []byte) ([]byte, error) {
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return buf, fmt.Errorf("encode frame header: %w", err)
 	}
-	buf := make([]byte, 8, 8+len(header)+len(body))
-	binary.BigEndian.PutUint32(buf[0:4], uint32(len(header)))
-	binary.BigEndian.PutUint32(buf[4:8], uint32(len(body)))
-	buf = append(buf, header...)
-	buf = append(buf, body...)
-	_, err := w.Write(buf)
+	return appendRaw(buf, hb, body)
+}
+
+func writeRaw(w io.Writer, header, body []byte) error {
+	buf, err := appendRaw(make([]byte, 0, 8+len(header)+len(body)), header, body)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
 	return err
+}
+
+func appendRaw(buf, header, body []byte) ([]byte, error) {
+	if len(header) > MaxHeader || len(body) > MaxBody {
+		return buf, fmt.Errorf("frame too large: header %d, body %d bytes", len(header), len(body))
+	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(header)))
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
+	buf = append(buf, header...)
+	return append(buf, body...), nil
 }
 
 // ReadFrame reads one frame. io.EOF means the peer closed cleanly between frames.
@@ -92,13 +108,19 @@ func ReadFrame(r io.Reader) (*Header, []byte, error) {
 }
 
 func readRaw(r io.Reader) (header, body []byte, err error) {
+	return readRawMax(r, MaxHeader, MaxBody)
+}
+
+// readRawMax reads one frame whose header and body are at most maxHeader and maxBody
+// bytes; a larger one is refused before anything is allocated.
+func readRawMax(r io.Reader, maxHeader, maxBody uint32) (header, body []byte, err error) {
 	var pre [8]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, nil, err
 	}
 	hl := binary.BigEndian.Uint32(pre[0:4])
 	bl := binary.BigEndian.Uint32(pre[4:8])
-	if hl > MaxHeader || bl > MaxBody {
+	if hl > maxHeader || bl > maxBody {
 		return nil, nil, fmt.Errorf("frame too large: header %d, body %d bytes", hl, bl)
 	}
 	buf := make([]byte, int(hl)+int(bl))

@@ -27,31 +27,33 @@ import (
 const e2ePids = 128
 
 // TestAgentE2E is the sandbox acceptance suite: one hardened container per image, the
-// agent reached through the real `docker exec` bridge, and each promise of the sandbox
-// checked from the host's side. The subtests share the container and run in order; the
-// fork bomb goes last.
+// agent reached through the driver (over its socket for one image, through the real
+// `docker exec` bridge for the other), and each promise of the sandbox checked from
+// the host's side. The subtests share the container and run in order; the fork bomb
+// goes last.
 func TestAgentE2E(t *testing.T) {
 	cli := requireDocker(t)
-	d := newDriver(t)
 	images := []struct {
-		name  string
-		image string
-		ps    []string // lists every process as "PID ARGS", with a header line
+		name      string
+		image     string
+		ps        []string // lists every process as "PID ARGS", with a header line
+		transport string
 	}{
-		{"workspace", version.WorkspaceImage, []string{"ps", "-eo", "pid,args"}}, // procps
-		{"testbox", version.TestImage, []string{"ps", "-o", "pid,args"}},         // busybox
+		{"workspace", version.WorkspaceImage, []string{"ps", "-eo", "pid,args"}, TransportSocket}, // procps
+		{"testbox", version.TestImage, []string{"ps", "-o", "pid,args"}, TransportExec},           // busybox
 	}
 	for _, im := range images {
 		t.Run(im.name, func(t *testing.T) {
 			t.Parallel()
 			requireImage(t, cli, im.image)
+			d := newDriverWith(t, Config{Transport: im.transport})
 			info := create(t, d, cli, sandbox.Spec{
 				Session: uniq("e2e-" + im.name),
 				Tenant:  uniq("tenant"),
 				Image:   im.image,
 				Limits:  sandbox.Limits{Pids: e2ePids},
 			})
-			e := &e2eEnv{d: d, id: info.ID, ps: im.ps}
+			e := &e2eEnv{d: d, id: info.ID, ps: im.ps, transport: im.transport}
 			e.c = e.client(t)
 			e.ping = e.ready(t, e.c)
 
@@ -69,11 +71,12 @@ func TestAgentE2E(t *testing.T) {
 
 // e2eEnv is one image's container and the client the subtests share.
 type e2eEnv struct {
-	d    *Driver
-	id   string
-	ps   []string
-	c    *agent.Client
-	ping agent.PingResult // the first Ping, once the agent was up
+	d         *Driver
+	transport string
+	id        string
+	ps        []string
+	c         *agent.Client
+	ping      agent.PingResult // the first Ping, once the agent was up
 }
 
 // client returns a new agent client over a fresh bridge, closed at the end of the test.
@@ -86,7 +89,7 @@ func (e *e2eEnv) client(t *testing.T) *agent.Client {
 }
 
 // ready pings until the agent answers: Create does not wait for it.
-func (e *e2eEnv) ready(t *testing.T, c *agent.Client) agent.PingResult {
+func (e *e2eEnv) ready(t testing.TB, c *agent.Client) agent.PingResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
@@ -382,6 +385,9 @@ func (e *e2eEnv) reconnect(t *testing.T) {
 		running(t, c)
 	})
 	t.Run("bridge killed", func(t *testing.T) {
+		if e.transport != TransportExec {
+			t.Skip("no bridge on the socket path; the exec transport's image covers it")
+		}
 		ours := slices.DeleteFunc(e2eMatching(e.procsSlow(t), isBridge), func(q e2eProc) bool {
 			return slices.ContainsFunc(pre, func(r e2eProc) bool { return r.pid == q.pid })
 		})
@@ -398,7 +404,7 @@ func (e *e2eEnv) reconnect(t *testing.T) {
 		}
 	})
 	t.Run("new client", func(t *testing.T) {
-		d := newDriver(t) // a restarted cws has nothing but the container id
+		d := newDriverWith(t, Config{Transport: e.transport}) // a restarted cws has nothing but the container id
 		c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
 			return d.Attach(ctx, e.id)
 		}, version.Version, nil)

@@ -2,21 +2,33 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
-// Attach opens the bridge to a sandbox's agent: one `docker exec` of
-// `/.cws/cws-agent attach`, as the tool uid:gid, whose stdin and stdout carry the agent
-// protocol. ctx bounds only the setup; the stream lives until Close or until the
-// bridge exits (reads then return io.EOF). The bridge's stderr goes to the debug log.
+// Attach opens a stream to a sandbox's agent. On the socket path (see Transport) it
+// dials the agent's socket in the container's socket directory and proves it with the
+// container's secret; if that fails for any reason (the agent not listening yet, a
+// container made without the directory, something planted at the socket's name), it
+// falls back to the exec stream, so a session never breaks because of the fast path.
+//
+// The exec stream is one `docker exec` of `/.cws/cws-agent attach`, as the tool
+// uid:gid, whose stdin and stdout carry the agent protocol. ctx bounds only the setup;
+// the stream lives until Close or until the bridge exits (reads then return io.EOF).
+// The bridge's stderr goes to the debug log.
 func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
@@ -31,6 +43,23 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 	if c.State == nil || !c.State.Running || c.State.Restarting || c.State.Paused {
 		return nil, fmt.Errorf("attach sandbox %s: %w", id, ErrStopped)
 	}
+	if ss, ok := socketOf(c.Config.Labels, c.Config.Env); ok && d.dialSockets {
+		conn, err := d.attachSocket(ctx, c, ss)
+		if err == nil {
+			return conn, nil
+		}
+		lvl := slog.LevelDebug
+		if errors.Is(err, errNotSocket) || errors.Is(err, agent.ErrAuth) {
+			lvl = slog.LevelWarn // something that is not the agent sits at its socket
+		}
+		d.log.Log(ctx, lvl, "agent socket unusable, using the exec stream", "container", c.ID, "err", err)
+	}
+	return d.attachExec(ctx, c)
+}
+
+// attachExec opens the exec stream to the agent of c.
+func (d *Driver) attachExec(ctx context.Context, c container.InspectResponse) (io.ReadWriteCloser, error) {
+	id := c.ID
 	exec, err := d.cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{
 		Cmd:          []string{agentPath, "attach"},
 		User:         toolUser(c),
@@ -60,6 +89,37 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 		pw.CloseWithError(err)
 	}()
 	return b, nil
+}
+
+// A container that started less than socketYoung ago may not have its agent listening
+// yet: its socket is awaited up to socketWait before falling back (the exec stream's
+// bridge waits the same way). An older one is dialed once.
+const (
+	socketYoung = 10 * time.Second
+	socketWait  = 3 * time.Second
+)
+
+// attachSocket dials the agent socket of c, waiting for it on a young container.
+func (d *Driver) attachSocket(ctx context.Context, c container.InspectResponse, ss socketSetup) (io.ReadWriteCloser, error) {
+	until := time.Now()
+	if started, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil && time.Since(started) < socketYoung {
+		until = until.Add(socketWait)
+	}
+	for {
+		conn, err := dialAgent(ctx, d.socketDir, ss)
+		if err == nil {
+			return conn, nil
+		}
+		notYet := errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)
+		if !notYet || time.Now().After(until) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // bridge is the attached exec: reads come demultiplexed from its stdout, writes go

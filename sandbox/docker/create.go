@@ -34,21 +34,38 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 	} else if !cerrdefs.IsNotFound(err) {
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: inspect volume %s: %w", spec.Session, vol, err)
 	}
-	cfg, host := d.containerConfig(spec)
-	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol, Labels: cfg.Labels}); err != nil {
+	ss := d.socketFor(log, spec)
+	cfg, host := d.containerConfig(spec, ss)
+	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol, Labels: d.labels(spec)}); err != nil {
+		d.removeSocketDir(ss.key)
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: create volume: %w", spec.Session, err)
 	}
 
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(spec.Session))
+	if err != nil && ss.key != "" && cerrdefs.IsInvalidArgument(err) {
+		// The engine refused the bind mount: the socket directory is not at the same
+		// path on the engine's host (cws in a container without it mounted at the same
+		// path). The exec stream needs no mount: create without it, and stop trying.
+		d.removeSocketDir(ss.key)
+		refused := err
+		cfg, host = d.containerConfig(spec, socketSetup{})
+		if resp, err = d.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(spec.Session)); err == nil {
+			why := fmt.Sprintf("the engine cannot mount the socket directory %s (mount it at the same path in cws's container): %v", d.socketDir, refused)
+			d.transport.set(TransportExec, why)
+			log.Warn("agent transport: falling back to the exec stream", "why", why)
+		}
+		ss = socketSetup{}
+	}
 	if err != nil {
 		switch {
 		case cerrdefs.IsConflict(err):
 			// The name is taken: that container may be using the volume; leave it be.
+			d.removeSocketDir(ss.key)
 			return sandbox.Info{}, fmt.Errorf("create sandbox %s: %w: %v", spec.Session, ErrExists, err)
 		case cerrdefs.IsNotFound(err):
 			err = fmt.Errorf("%w: image %q is not on the engine: %v", ErrInvalid, spec.Image, err)
 		}
-		d.cleanup(ctx, log, "", vol)
+		d.cleanup(ctx, log, "", vol, ss.key)
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: create container: %w", spec.Session, err)
 	}
 	for _, w := range resp.Warnings {
@@ -56,7 +73,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 	}
 
 	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		d.cleanup(ctx, log, resp.ID, vol)
+		d.cleanup(ctx, log, resp.ID, vol, ss.key)
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: start container: %w", spec.Session, err)
 	}
 	log.Info("sandbox created", "container", resp.ID, "volume", vol)
@@ -76,8 +93,23 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 	return info, nil
 }
 
+// socketFor makes the container's socket directory on the socket path. A directory
+// that cannot be made costs this sandbox the fast path, never its creation.
+func (d *Driver) socketFor(log *slog.Logger, spec sandbox.Spec) socketSetup {
+	if name, _ := d.transport.get(); name != TransportSocket {
+		return socketSetup{}
+	}
+	ss, err := d.newSocketDir(spec.User)
+	if err != nil {
+		log.Warn("no socket directory: this sandbox is reached through the exec stream", "err", err)
+		return socketSetup{}
+	}
+	return ss
+}
+
 // cleanup removes a half-made sandbox, even when ctx is already cancelled.
-func (d *Driver) cleanup(ctx context.Context, log *slog.Logger, id, vol string) {
+func (d *Driver) cleanup(ctx context.Context, log *slog.Logger, id, vol, socketKey string) {
+	d.removeSocketDir(socketKey)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if id != "" {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -60,6 +61,18 @@ type Config struct {
 	// (MemorySwap is set equal, so no swap), Pids 256, NoFile 4096, FileSizeBytes
 	// 1 GiB, TmpSizeBytes 256 MiB.
 	Defaults sandbox.Limits
+
+	// Transport is how the host reaches agents: TransportAuto (""), TransportSocket or
+	// TransportExec. Auto takes the socket path when the engine is local and SocketDir
+	// is usable, the exec stream otherwise; Driver.Transport says which and why.
+	Transport string
+
+	// SocketDir is the host directory (absolute) under which each container gets its
+	// socket directory, bind-mounted at agent.RunDir. Docker resolves bind sources on
+	// the engine's host: when cws runs in a container, this path must be mounted at the
+	// same path in cws's container. cws makes it mode 0700. Empty means
+	// DefaultSocketDir (/var/run/cws/agent).
+	SocketDir string
 }
 
 // DefaultInstance is the cws.instance of a driver whose Config names none.
@@ -72,6 +85,11 @@ type Driver struct {
 	stopTimeout time.Duration
 	defaults    sandbox.Limits
 	instance    string
+
+	// transport is the path to agents (socket or exec); socketDir is Config.SocketDir.
+	transport   transport
+	socketDir   string
+	dialSockets bool // the engine is local and the socket path is not switched off
 
 	agentPath   string
 	agentSHA256 string // hex
@@ -117,7 +135,14 @@ func New(cfg Config) (*Driver, error) {
 		agentVolume: agentVolumeName(sum),
 		agentSem:    make(chan struct{}, 1),
 		instance:    cmp.Or(cfg.Instance, DefaultInstance),
+		socketDir:   filepath.Clean(cmp.Or(cfg.SocketDir, DefaultSocketDir)),
 	}
+	if err := d.chooseTransport(cfg.Transport, cli.DaemonHost()); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	name, why := d.transport.get()
+	d.log.Info("agent transport", "transport", name, "why", why)
 	return d, nil
 }
 

@@ -24,6 +24,7 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		}
 		return nil
 	}
+	d.restoreSocketDir(c)
 	if err := d.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		return notFound("start sandbox", id, err)
 	}

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -23,9 +24,11 @@ import (
 )
 
 // agentBinary is the cws-agent that TestMain builds; agentErr says why it could not.
+// socketDir is the drivers' socket directory for this run (not /var/run/cws/agent).
 var (
 	agentBinary string
 	agentErr    error
+	socketDir   string
 )
 
 func TestMain(m *testing.M) {
@@ -35,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBinary = filepath.Join(dir, "cws-agent")
+	socketDir = filepath.Join(dir, "sockets")
 	cmd := exec.Command("go", "build", "-o", agentBinary, "github.com/cwsdev/cws/cmd/cws-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -46,7 +50,7 @@ func TestMain(m *testing.M) {
 }
 
 // skipOrFail skips the test locally and fails it in CI (CI=true).
-func skipOrFail(t *testing.T, format string, args ...any) {
+func skipOrFail(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf(format, args...)
@@ -56,7 +60,7 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 
 // requireDocker returns a raw client for assertions, or skips when the engine is
 // unreachable (fails in CI).
-func requireDocker(t *testing.T) *client.Client {
+func requireDocker(t testing.TB) *client.Client {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -72,22 +76,34 @@ func requireDocker(t *testing.T) *client.Client {
 }
 
 // requireImage skips when image is not on the engine (`make images` builds it).
-func requireImage(t *testing.T, cli *client.Client, image string) {
+func requireImage(t testing.TB, cli *client.Client, image string) {
 	t.Helper()
 	if _, err := cli.ImageInspect(t.Context(), image); err != nil {
 		skipOrFail(t, "image %s missing (run `make images`): %v", image, err)
 	}
 }
 
-// newDriver returns a Driver with the test agent, closed at the end of the test.
-func newDriver(t *testing.T) *Driver {
+// newDriver returns a Driver with the test agent, closed at the end of the test. It
+// takes the socket path (the default on a local engine), under this run's socketDir.
+func newDriver(t testing.TB) *Driver {
+	t.Helper()
+	return newDriverWith(t, Config{})
+}
+
+// newDriverWith is newDriver with cfg's Transport, SocketDir and Log (the rest is set).
+func newDriverWith(t testing.TB, cfg Config) *Driver {
 	t.Helper()
 	if agentErr != nil {
 		skipOrFail(t, "%v", agentErr)
 	}
 	w := &testWriter{t: t}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d, err := New(Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log, Instance: "test-docker"})
+	cfg.AgentBinary, cfg.StopTimeout, cfg.Instance = agentBinary, 2*time.Second, "test-docker"
+	cfg.SocketDir = cmp.Or(cfg.SocketDir, socketDir)
+	if cfg.Log == nil {
+		cfg.Log = log
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -103,7 +119,7 @@ func newDriver(t *testing.T) *Driver {
 // testWriter sends log lines to t.Log until the test ends (bridge goroutines may log
 // later than that).
 type testWriter struct {
-	t    *testing.T
+	t    testing.TB
 	mu   sync.Mutex
 	done bool
 }
@@ -126,7 +142,7 @@ func uniq(prefix string) string {
 
 // cleanupSession force-removes, at the end of the test, whatever carries the session's
 // label and its workspace volume, whatever the driver did.
-func cleanupSession(t *testing.T, cli *client.Client, session string) {
+func cleanupSession(t testing.TB, cli *client.Client, session string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(t.Context())
@@ -147,7 +163,7 @@ func cleanupSession(t *testing.T, cli *client.Client, session string) {
 }
 
 // create creates a sandbox that is removed at the end of the test.
-func create(t *testing.T, d *Driver, cli *client.Client, spec sandbox.Spec) sandbox.Info {
+func create(t testing.TB, d *Driver, cli *client.Client, spec sandbox.Spec) sandbox.Info {
 	t.Helper()
 	cleanupSession(t, cli, spec.Session)
 	info, err := d.Create(t.Context(), spec)

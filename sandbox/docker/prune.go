@@ -2,9 +2,14 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 
@@ -37,6 +42,46 @@ func (d *Driver) PruneAgentVolumes(ctx context.Context) ([]string, error) {
 		default:
 			return removed, fmt.Errorf("prune agent volumes: remove %s: %w", v.Name, err)
 		}
+	}
+	return removed, nil
+}
+
+// socketDirGrace keeps a socket directory that no container names yet: Create makes it
+// just before the container.
+const socketDirGrace = 10 * time.Minute
+
+// PruneSocketDirs removes the socket directories under the socket dir that no container
+// (of any cws instance sharing the directory) names in its cws.sockdir label, once they
+// are older than a few minutes, and returns their names. Remove deletes a sandbox's
+// own; this catches those of containers removed behind cws's back.
+func (d *Driver) PruneSocketDirs(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(d.socketDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("prune socket directories: %w", err)
+	}
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSocketDir))})
+	if err != nil {
+		return nil, fmt.Errorf("prune socket directories: list containers: %w", err)
+	}
+	used := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		used[c.Labels[sandbox.LabelSocketDir]] = true
+	}
+	var removed []string
+	for _, e := range entries {
+		if !e.IsDir() || !socketKeyRE.MatchString(e.Name()) || used[e.Name()] {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < socketDirGrace {
+			continue
+		}
+		d.removeSocketDir(e.Name())
+		removed = append(removed, e.Name())
+		d.log.Info("orphan socket directory pruned", "key", e.Name())
 	}
 	return removed, nil
 }

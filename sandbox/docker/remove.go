@@ -12,8 +12,8 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 )
 
-// Remove force-removes a sandbox's container and its workspace volume. It is
-// idempotent: a sandbox that is already gone is success.
+// Remove force-removes a sandbox's container, its workspace volume and its socket
+// directory. It is idempotent: a sandbox that is already gone is success.
 //
 // The volume is found from the container (its /workspace mount, else its session
 // label). A volume whose container is already gone is left for reconciliation.
@@ -57,6 +57,9 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 		if err := d.waitGone(ctx, c.ID); err != nil {
 			return fmt.Errorf("remove sandbox %s: remove container: %w", id, err)
 		}
+	}
+	if c.Config != nil {
+		d.removeSocketDir(c.Config.Labels[sandbox.LabelSocketDir])
 	}
 	if vol != "" {
 		var err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -146,12 +147,23 @@ func checkHardening(t *testing.T, cli *client.Client, d *Driver, id string, spec
 	mounts := map[string]container.MountPoint{}
 	for _, m := range c.Mounts {
 		mounts[m.Destination] = m
-		if strings.Contains(m.Source, "docker.sock") || m.Type == mount.TypeBind {
+		if strings.Contains(m.Source, "docker.sock") || (m.Type == mount.TypeBind && m.Destination != agent.RunDir) {
 			t.Errorf("host mount %+v", m)
 		}
 	}
-	if len(mounts) != 2 {
-		t.Errorf("mounts = %+v, want /workspace and /.cws only", c.Mounts)
+	// On the socket path, the one host path is the container's own socket directory.
+	wantMounts := 2
+	if key := c.Config.Labels[sandbox.LabelSocketDir]; key != "" {
+		wantMounts = 3
+		if m := mounts[agent.RunDir]; m.Type != mount.TypeBind || m.Source != filepath.Join(d.SocketDir(), key) || !m.RW {
+			t.Errorf("%s mount = %+v, want %s/%s", agent.RunDir, m, d.SocketDir(), key)
+		}
+		if !slices.ContainsFunc(c.Config.Env, func(e string) bool { return strings.HasPrefix(e, agent.EnvSecret+"=") }) {
+			t.Errorf("socket directory but no %s in Env", agent.EnvSecret)
+		}
+	}
+	if len(mounts) != wantMounts {
+		t.Errorf("mounts = %+v, want /workspace, /.cws (and on the socket path %s) only", c.Mounts, agent.RunDir)
 	}
 	if m := mounts[sandbox.WorkspaceDir]; m.Type != mount.TypeVolume || m.Name != volumeName(spec.Session) || !m.RW {
 		t.Errorf("/workspace mount = %+v", m)

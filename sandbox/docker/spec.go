@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // envUIDGID carries the tool uid:gid to the agent's init, which chowns the workspace
@@ -120,7 +121,8 @@ func labels(spec sandbox.Spec) map[string]string {
 	return l
 }
 
-// env is spec.Env, sorted, with CWS_UID_GID last (the spec cannot override it).
+// env is spec.Env, sorted, with CWS_UID_GID last (the spec cannot override it, nor set
+// the agent's secret).
 func env(spec sandbox.Spec) []string {
 	user := spec.User
 	if user == "" {
@@ -128,7 +130,7 @@ func env(spec sandbox.Spec) []string {
 	}
 	out := make([]string, 0, len(spec.Env)+1)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		if k != envUIDGID {
+		if k != envUIDGID && k != agent.EnvSecret {
 			out = append(out, k+"="+spec.Env[k])
 		}
 	}
@@ -136,7 +138,9 @@ func env(spec sandbox.Spec) []string {
 }
 
 // containerConfig is the hardened container for spec. See DESIGN.md, "The sandbox".
-func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+// On the socket path (ss.key set) it also mounts the container's socket directory,
+// gives the agent its secret, and records the directory in the cws.sockdir label.
+func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.Config, *container.HostConfig) {
 	lim := withDefaults(spec.Limits, d.defaults)
 	stop := int(d.stopTimeout.Round(time.Second) / time.Second)
 	cfg := &container.Config{
@@ -182,7 +186,7 @@ func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *contain
 				{Name: "fsize", Soft: lim.FileSizeBytes, Hard: lim.FileSizeBytes},
 			},
 		},
-		// Never the Docker socket, never a host path.
+		// Never the Docker socket; no host path but the socket directory below.
 		Mounts: []mount.Mount{
 			{Type: mount.TypeVolume, Source: volumeName(spec.Session), Target: sandbox.WorkspaceDir},
 			{
@@ -194,6 +198,13 @@ func (d *Driver) containerConfig(spec sandbox.Spec) (*container.Config, *contain
 	if spec.WorkspaceTmpfsBytes > 0 { // tests only: a workspace that can be filled
 		host.Mounts[0] = mount.Mount{Type: mount.TypeTmpfs, Target: sandbox.WorkspaceDir,
 			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: spec.WorkspaceTmpfsBytes, Mode: 0o1777}}
+	}
+	if ss.key != "" {
+		// The one host path a sandbox gets: its own socket directory, which holds
+		// nothing but the agent's socket (see sockdial.go for how cws dials it).
+		host.Mounts = append(host.Mounts, d.socketMount(ss.key))
+		cfg.Labels[sandbox.LabelSocketDir] = ss.key
+		cfg.Env = append(cfg.Env, agent.EnvSecret+"="+ss.secret)
 	}
 	return cfg, host
 }

@@ -119,7 +119,7 @@ func TestWithDefaults(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	d := &Driver{defaults: withDefaults(sandbox.Limits{Pids: 99}, packageDefaults), stopTimeout: DefaultStopTimeout, agentVolume: "cws-agent-x"}
-	cfg, host := d.containerConfig(sandbox.Spec{Session: "s", Image: "img", Network: true})
+	cfg, host := d.containerConfig(sandbox.Spec{Session: "s", Image: "img", Network: true}, socketSetup{})
 	if *host.PidsLimit != 99 || host.Memory != 1<<30 || host.MemorySwap != 1<<30 || host.NanoCPUs != 1e9 {
 		t.Errorf("resources = %+v", host.Resources)
 	}

@@ -120,7 +120,7 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 			if a.Hash {
 				h.Write(chunk)
 			}
-			if err := r.event(agent.EventData, chunk); err != nil {
+			if err := r.hold(agent.EventData, chunk); err != nil {
 				return nil, err
 			}
 			res.N += int64(n)

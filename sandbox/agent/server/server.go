@@ -140,7 +140,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	if err := agent.WriteHello(conn, ours); err != nil {
 		return
 	}
-	sess, err := yamux.Server(conn, agent.YamuxConfig())
+	sess, err := yamux.Server(agent.MuxConn(conn), agent.YamuxConfig())
 	if err != nil {
 		return
 	}
@@ -264,12 +264,47 @@ type responder struct {
 	mu sync.Mutex
 	w  io.Writer
 	in io.Reader // the request body of a streamed call; nil otherwise
+	// held are encoded event frames that go out with the next frame (see hold).
+	held []byte
 }
 
+// holdMax bounds the event frames a responder holds back.
+const holdMax = 64 << 10
+
+// send writes one frame, after any held ones, in one write.
 func (r *responder) send(h *agent.Header, body []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return agent.WriteFrame(r.w, h, body)
+	if len(r.held) == 0 {
+		return agent.WriteFrame(r.w, h, body)
+	}
+	buf, err := agent.AppendFrame(r.held, h, body)
+	r.held = nil
+	if err != nil {
+		return err
+	}
+	_, err = r.w.Write(buf)
+	return err
+}
+
+// hold sends event frames that are not live output (a file's content) with the frame
+// after them: a small reply, its data and its done frame, is one write on the stream
+// and one frame on the connection. Held frames never exceed holdMax.
+func (r *responder) hold(ev string, data []byte) error {
+	if len(data) > holdMax {
+		return r.event(ev, data)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.held)+len(data) > holdMax {
+		if _, err := r.w.Write(r.held); err != nil {
+			return err
+		}
+		r.held = r.held[:0]
+	}
+	var err error
+	r.held, err = agent.AppendFrame(r.held, &agent.Header{Event: ev}, data)
+	return err
 }
 
 // event sends one event frame, splitting data into chunks the frame limit allows.
