@@ -19,10 +19,14 @@ import (
 // env is what sections share: the driver, the settings, and one sandbox made on
 // first use.
 type env struct {
-	driver   *docker.Driver
-	image    string
-	scale    float64 // multiplies every iteration count
-	progress io.Writer
+	driver *docker.Driver
+	// execDriver reaches the same containers through the exec stream only, and
+	// transport is the path driver takes (docker.TransportSocket or TransportExec).
+	execDriver *docker.Driver
+	transport  string
+	image      string
+	scale      float64 // multiplies every iteration count
+	progress   io.Writer
 
 	shared *box // nil until a section asks for it
 }

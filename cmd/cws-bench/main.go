@@ -88,7 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer d.Close()
 	name, why := d.Transport()
 	fmt.Fprintf(stderr, "bench: agent transport %s: %s\n", name, why)
-	e := &env{driver: d, image: *image, scale: *scale, progress: stderr}
+	// The exec stream, beside whatever path d takes, for the read section's anchor.
+	execDriver, err := docker.New(docker.Config{AgentBinary: *agentBin, StopTimeout: time.Second, Instance: "bench", Transport: docker.TransportExec})
+	if err != nil {
+		return err
+	}
+	defer execDriver.Close()
+	e := &env{driver: d, execDriver: execDriver, transport: name, image: *image, scale: *scale, progress: stderr}
 	defer e.close(ctx)
 
 	var rows []bench.Row

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 
 	"github.com/cwsdev/cws/internal/bench"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/version"
 )
 
 func init() {
@@ -17,6 +20,7 @@ func init() {
 		Run:   benchRead,
 	})
 	ratios = append(ratios, ratio{Num: "docker exec cat 4 KiB", Den: "agent read 4 KiB", Target: 20})
+	goals = append(goals, goal{Figure: "agent read 4 KiB: the path cws takes vs the exec stream", Row: "agent read 4 KiB", Anchor: "agent read 4 KiB, exec stream"})
 }
 
 func benchRead(ctx context.Context, e *env) ([]bench.Row, error) {
@@ -52,15 +56,31 @@ func benchRead(ctx context.Context, e *env) ([]bench.Row, error) {
 		return err
 	}
 
+	// The same container through the exec stream (docker exec of the bridge).
+	viaExec := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return e.execDriver.Attach(ctx, b.ID) }, version.Version, nil)
+	defer viaExec.Close()
+	execRead := func(ctx context.Context) error {
+		got, _, err := viaExec.ReadFile(ctx, agent.ReadArgs{Path: "bench/f4k"})
+		if err == nil && len(got) != small {
+			err = fmt.Errorf("read %d bytes, want %d", len(got), small)
+		}
+		return err
+	}
+	path := "over the agent's unix socket"
+	if e.transport != docker.TransportSocket {
+		path = "over the exec stream (docker exec bridge)"
+	}
+
 	runs := []struct {
 		name      string
 		note      string
 		warmup, n int
 		fn        func(context.Context) error
 	}{
-		{"agent read 4 KiB", "ReadFile over the attached bridge", 100, e.iterations(2000), agentRead("bench/f4k", small)},
+		{"agent read 4 KiB", "ReadFile " + path, 100, e.iterations(2000), agentRead("bench/f4k", small)},
+		{"agent read 4 KiB, exec stream", "ReadFile over the exec stream: dockerd, containerd-shim, the bridge", 100, e.iterations(2000), execRead},
 		{"docker exec cat 4 KiB", "driver.Exec slow path: a fresh `docker exec`", 3, e.iterations(50), dockerCat},
-		{"agent read 1 MiB", "ReadFile over the attached bridge", 10, e.iterations(200), agentRead("bench/f1m", large)},
+		{"agent read 1 MiB", "ReadFile " + path, 10, e.iterations(200), agentRead("bench/f1m", large)},
 	}
 	var rows []bench.Row
 	for _, r := range runs {
