@@ -60,6 +60,24 @@ type Config struct {
 	// (MemorySwap is set equal, so no swap), Pids 256, NoFile 4096, FileSizeBytes
 	// 1 GiB, TmpSizeBytes 256 MiB.
 	Defaults sandbox.Limits
+
+	// Pool asks for warm pools (pool.go): per image, how many started, agent-ready
+	// containers to keep for Create to take. Empty means no pool: every create is cold.
+	// RunPool fills them.
+	Pool []PoolSize
+	// PoolMax caps the pooled containers (ready and being made) over all images. Zero
+	// means the sum of Pool's sizes.
+	PoolMax int
+	// PoolFillers is how many pooled containers are made at once. Zero means
+	// DefaultPoolFillers (2).
+	PoolFillers int
+	// PoolOwner names this driver on its pooled containers (label cws.pool.owner): only
+	// the driver of that owner hands them out or adopts them, so that replicas sharing
+	// an engine never hand out one container twice. Replicas need distinct owners; a
+	// restarted process keeps its own to adopt its pool. Empty means the host name.
+	PoolOwner string
+	// PoolObserver receives the pool's measures. Nil measures nothing.
+	PoolObserver PoolObserver
 }
 
 // DefaultInstance is the cws.instance of a driver whose Config names none.
@@ -81,6 +99,8 @@ type Driver struct {
 	// agentSem serializes populating the agent volume; agentReady is guarded by it.
 	agentSem   chan struct{}
 	agentReady bool
+
+	pool *pool // the warm pool; empty when none is configured
 }
 
 // New returns a Driver that talks to the Docker engine named by the environment
@@ -106,6 +126,9 @@ func New(cfg Config) (*Driver, error) {
 	if stop <= 0 {
 		stop = DefaultStopTimeout
 	}
+	if cfg.PoolOwner == "" {
+		cfg.PoolOwner, _ = os.Hostname()
+	}
 	d := &Driver{
 		cli:         cli,
 		log:         log.With("component", "sandbox/docker"),
@@ -117,6 +140,7 @@ func New(cfg Config) (*Driver, error) {
 		agentVolume: agentVolumeName(sum),
 		agentSem:    make(chan struct{}, 1),
 		instance:    cmp.Or(cfg.Instance, DefaultInstance),
+		pool:        newPool(cfg),
 	}
 	return d, nil
 }

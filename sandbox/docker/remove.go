@@ -16,7 +16,8 @@ import (
 // idempotent: a sandbox that is already gone is success.
 //
 // The volume is found from the container (its /workspace mount, else its session
-// label). A volume whose container is already gone is left for reconciliation.
+// label). A volume whose container is already gone is left for reconciliation. A
+// pooled container's bind record (bind.go) goes after the container.
 //
 // The container is marked first (renamed to cws-deleted-<id>), so that a removal cut
 // short by a crash or an engine error can never be taken for a live session and
@@ -56,6 +57,11 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 		// Another replica (or the reconciler) is removing it already: wait for it.
 		if err := d.waitGone(ctx, c.ID); err != nil {
 			return fmt.Errorf("remove sandbox %s: remove container: %w", id, err)
+		}
+	}
+	if c.Config != nil && c.Config.Labels[LabelPool] != "" {
+		if err := d.removeBindings(ctx, c.ID); err != nil {
+			return fmt.Errorf("remove sandbox %s: %w", id, err)
 		}
 	}
 	if vol != "" {

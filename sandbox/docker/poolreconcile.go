@@ -1,0 +1,131 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/cwsdev/cws/sandbox"
+)
+
+// reconcilePool runs when the pool starts: this owner's unbound pooled containers that
+// are healthy (running, of a configured pool and class, with this driver's agent, and
+// answering a ping) are taken back into the pool, up to its size; the others are
+// removed, as are this owner's half-bound ones (a bind cut short by a crash) and bind
+// records whose container is gone.
+func (d *Driver) reconcilePool(ctx context.Context) error {
+	return d.sweepPool(ctx, true)
+}
+
+// cleanPool runs on every tick of the refill loop: it finishes removals of this owner's
+// pooled containers that were cut short, and removes bind records whose container is
+// gone. It leaves unbound and half-bound containers alone: they may be in the pool, or
+// in a bind, right now.
+func (d *Driver) cleanPool(ctx context.Context) {
+	if err := d.sweepPool(ctx, false); err != nil {
+		d.log.Warn("pool clean", "err", err)
+	}
+}
+
+func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", sandbox.LabelManaged+"=true"),
+		filters.Arg("label", sandbox.LabelInstance+"="+d.instance),
+		filters.Arg("label", LabelPool))})
+	if err != nil {
+		return fmt.Errorf("list pooled containers: %w", err)
+	}
+	binds, err := d.bindings(ctx, nil)
+	if err != nil {
+		return err
+	}
+	exists := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		exists[c.ID] = true
+		if c.Labels[LabelPoolOwner] != d.pool.owner || len(c.Names) == 0 {
+			continue // another replica's
+		}
+		name := c.Names[0]
+		if _, bound := sessionLabels(c.ID, name, c.Labels, binds); bound && !deletedName(name) {
+			continue // a session's
+		}
+		switch {
+		case deletedName(name):
+		case !starting:
+			continue
+		case unboundName(name):
+			if d.adoptPooled(ctx, c) {
+				continue
+			}
+		}
+		d.log.Info("removing pooled container", "container", c.ID, "name", name)
+		if err := d.Remove(ctx, c.ID); err != nil {
+			d.log.Warn("remove pooled container", "container", c.ID, "err", err)
+		}
+	}
+	for id, rec := range binds {
+		if exists[id] {
+			continue
+		}
+		if _, err := d.cli.ContainerInspect(ctx, id); !cerrdefs.IsNotFound(err) {
+			continue // made since the listing, or the engine did not answer
+		}
+		name := bindName(rec[sandbox.LabelSession])
+		if err := d.cli.VolumeRemove(ctx, name, true); err != nil && !cerrdefs.IsNotFound(err) {
+			d.log.Warn("remove orphan bind record", "volume", name, "err", err)
+		}
+	}
+	return nil
+}
+
+// adoptPooled takes an unbound pooled container left by an earlier run back into the
+// pool if it is healthy and the pool has room. It reports whether it did.
+func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
+	image := c.Labels[LabelPool]
+	p := d.pool
+	if p.sizes[image] == 0 || c.State != container.StateRunning || c.Labels[LabelPoolClass] != d.poolClassFor(image).key() {
+		return false
+	}
+	if agentVolumeOf(c.Mounts) != d.agentVolume {
+		return false // an older agent
+	}
+	p.mu.Lock()
+	full := len(p.ready[image])+p.filling[image] >= p.sizes[image]
+	p.mu.Unlock()
+	if full {
+		return false
+	}
+	ci, err := d.cli.ContainerInspect(ctx, c.ID)
+	if err != nil || ci.HostConfig == nil {
+		return false
+	}
+	if err := d.pingAgent(ctx, c.ID); err != nil {
+		return false
+	}
+	r := ci.HostConfig.Resources
+	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts),
+		limits: sandbox.Limits{NanoCPUs: r.NanoCPUs, MemoryBytes: r.Memory}}
+	if r.PidsLimit != nil {
+		b.limits.Pids = *r.PidsLimit
+	}
+	p.mu.Lock()
+	p.ready[image] = append(p.ready[image], b)
+	n := len(p.ready[image])
+	p.mu.Unlock()
+	p.obs.PoolReady(image, n)
+	d.log.Info("pooled container adopted", "container", c.ID, "image", image)
+	return true
+}
+
+// agentVolumeOf is the name of the volume mounted at the agent directory, if any.
+func agentVolumeOf(mounts []container.MountPoint) string {
+	for _, m := range mounts {
+		if m.Destination == sandbox.AgentDir {
+			return m.Name
+		}
+	}
+	return ""
+}
