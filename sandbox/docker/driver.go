@@ -76,6 +76,11 @@ type Config struct {
 	// an engine never hand out one container twice. Replicas need distinct owners; a
 	// restarted process keeps its own to adopt its pool. Empty means the host name.
 	PoolOwner string
+	// PoolMaxAge is how long a pooled container may wait for a session: older ones are
+	// never handed out but replaced. Another owner's unbound pooled containers older
+	// than twice this are removed (their replica is gone, or will not hand them out any
+	// more). Zero means DefaultPoolMaxAge (1 h).
+	PoolMaxAge time.Duration
 	// PoolObserver receives the pool's measures. Nil measures nothing.
 	PoolObserver PoolObserver
 }

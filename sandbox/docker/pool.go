@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,9 @@ const poolPrefix = "cws-pool-"
 // cores they need.
 const DefaultPoolFillers = 2
 
+// DefaultPoolMaxAge is Config.PoolMaxAge when zero.
+const DefaultPoolMaxAge = time.Hour
+
 // PoolSize asks for a warm pool of Size containers of Image.
 type PoolSize struct {
 	Image string
@@ -74,6 +78,9 @@ const (
 	MissClass  = "class"   // the spec's immutable settings differ from the pool's class
 	MissBind   = "bind"    // binding the pooled container failed: it was removed, the create went cold
 )
+
+// MissReasons are the reasons of PoolMiss, for exporting them at 0.
+var MissReasons = []string{MissNoPool, MissEmpty, MissClass, MissBind}
 
 // poolClass is what a pooled container cannot change once made.
 type poolClass struct {
@@ -106,6 +113,7 @@ type pooledBox struct {
 	id     string
 	volume string         // its workspace volume
 	limits sandbox.Limits // the mutable limits it was made with
+	made   time.Time      // when it was made (engine time for adopted ones)
 }
 
 // pool holds the ready containers of every pool image. Only its driver hands them out.
@@ -113,6 +121,7 @@ type pool struct {
 	sizes   map[string]int // wanted, by image
 	max     int            // global cap on ready plus filling containers
 	owner   string
+	maxAge  time.Duration
 	fillers chan struct{} // bounds concurrent fills
 	obs     PoolObserver
 	wake    chan struct{}
@@ -124,7 +133,7 @@ type pool struct {
 
 func newPool(cfg Config) *pool {
 	p := &pool{
-		sizes: map[string]int{}, max: cfg.PoolMax, owner: cfg.PoolOwner,
+		sizes: map[string]int{}, max: cfg.PoolMax, owner: cfg.PoolOwner, maxAge: cmp.Or(cfg.PoolMaxAge, DefaultPoolMaxAge),
 		fillers: make(chan struct{}, cmp.Or(cfg.PoolFillers, DefaultPoolFillers)),
 		obs:     cfg.PoolObserver, wake: make(chan struct{}, 1),
 		ready: map[string][]pooledBox{}, filling: map[string]int{},
@@ -165,13 +174,42 @@ func (d *Driver) take(spec sandbox.Spec) (pooledBox, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	boxes := p.ready[spec.Image]
-	if len(boxes) == 0 {
-		return pooledBox{}, MissEmpty
+	// The oldest first, so that none waits long; too old ones are left to expire().
+	for i, b := range boxes {
+		if time.Since(b.made) < p.maxAge {
+			p.ready[spec.Image] = slices.Delete(boxes, i, i+1)
+			p.obs.PoolReady(spec.Image, len(p.ready[spec.Image]))
+			return b, ""
+		}
 	}
-	b := boxes[0]
-	p.ready[spec.Image] = boxes[1:]
-	p.obs.PoolReady(spec.Image, len(boxes)-1)
-	return b, ""
+	return pooledBox{}, MissEmpty
+}
+
+// expire removes the ready containers that waited longer than the pool's max age; the
+// refill replaces them.
+func (d *Driver) expire(ctx context.Context) {
+	p := d.pool
+	var old []pooledBox
+	p.mu.Lock()
+	for img, boxes := range p.ready {
+		keep := boxes[:0]
+		for _, b := range boxes {
+			if time.Since(b.made) >= p.maxAge {
+				old = append(old, b)
+			} else {
+				keep = append(keep, b)
+			}
+		}
+		p.ready[img] = keep
+		p.obs.PoolReady(img, len(keep))
+	}
+	p.mu.Unlock()
+	for _, b := range old {
+		d.log.Info("pooled container too old, replacing it", "container", b.id)
+		if err := d.Remove(ctx, b.id); err != nil {
+			d.log.Warn("remove old pooled container", "container", b.id, "err", err)
+		}
+	}
 }
 
 // signal asks the refill loop to look at the pool now.
@@ -203,6 +241,7 @@ func (d *Driver) RunPool(ctx context.Context) {
 			return
 		case <-p.wake:
 		case <-t.C:
+			d.expire(ctx)
 			d.cleanPool(ctx)
 		}
 	}
@@ -303,7 +342,7 @@ func (d *Driver) makePooled(ctx context.Context, image string) (pooledBox, error
 		return pooledBox{}, fmt.Errorf("pool %s: %w", image, err)
 	}
 	log.Debug("pooled container ready", "container", resp.ID)
-	return pooledBox{id: resp.ID, volume: vol, limits: withDefaults(sandbox.Limits{}, d.defaults)}, nil
+	return pooledBox{id: resp.ID, volume: vol, limits: withDefaults(sandbox.Limits{}, d.defaults), made: time.Now()}, nil
 }
 
 // pingAgent waits until the agent in container id answers a ping (at most a minute).

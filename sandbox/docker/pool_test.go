@@ -73,11 +73,15 @@ func newPoolEnv(t *testing.T, size int) *poolEnv {
 }
 
 // driver returns another driver of the env's instance (a restarted cws).
-func (e *poolEnv) driver(t *testing.T, size int) *Driver {
+func (e *poolEnv) driver(t *testing.T, size int, opts ...func(*Config)) *Driver {
 	w := &testWriter{t: t}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d, err := New(Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log, Instance: e.instance,
-		Pool: []PoolSize{{Image: version.TestImage, Size: size}}, PoolObserver: e.obs})
+	cfg := Config{AgentBinary: agentBinary, StopTimeout: 2 * time.Second, Log: log, Instance: e.instance,
+		Pool: []PoolSize{{Image: version.TestImage, Size: size}}, PoolObserver: e.obs}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,5 +458,44 @@ func TestPoolRestart(t *testing.T) {
 	n, err := d2.Create(t.Context(), poolSpec("tenant-c"))
 	if err != nil || !slices.Contains(unbound, n.ID) {
 		t.Errorf("Create after restart = %+v, %v; want one of %v", n, err, unbound)
+	}
+}
+
+// TestPoolOtherOwner: another replica's unbound pooled containers are never adopted,
+// and are removed only once too old for their owner to hand out; its sessions stay.
+func TestPoolOtherOwner(t *testing.T) {
+	e := newPoolEnv(t, 1)
+	readyIDs(t, e.d, 1)
+	s, err := e.d.Create(t.Context(), poolSpec("tenant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound := readyIDs(t, e.d, 1)[0]
+	e.stopPool()
+
+	other := e.driver(t, 1, func(c *Config) { c.PoolOwner = "other-replica" })
+	if err := other.reconcilePool(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.ContainerInspect(t.Context(), unbound); err != nil {
+		t.Errorf("another owner's young pooled container: %v, want it left alone", err)
+	}
+	other.pool.mu.Lock()
+	n := len(other.pool.ready[version.TestImage])
+	other.pool.mu.Unlock()
+	if n != 0 {
+		t.Errorf("another owner's pooled container was adopted")
+	}
+
+	time.Sleep(10 * time.Millisecond)
+	late := e.driver(t, 1, func(c *Config) { c.PoolOwner = "other-replica"; c.PoolMaxAge = time.Millisecond })
+	if err := late.reconcilePool(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.ContainerInspect(t.Context(), unbound); !cerrdefs.IsNotFound(err) {
+		t.Errorf("another owner's old pooled container: %v, want removed", err)
+	}
+	if got, err := late.List(t.Context(), nil); err != nil || len(got) != 1 || got[0].ID != s.ID {
+		t.Errorf("List = %+v, %v; want the session %s untouched", got, err, s.ID)
 	}
 }

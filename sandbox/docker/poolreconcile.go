@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -14,16 +15,17 @@ import (
 // reconcilePool runs when the pool starts: this owner's unbound pooled containers that
 // are healthy (running, of a configured pool and class, with this driver's agent, and
 // answering a ping) are taken back into the pool, up to its size; the others are
-// removed, as are this owner's half-bound ones (a bind cut short by a crash) and bind
-// records whose container is gone.
+// removed, as are this owner's half-bound ones (a bind cut short by a crash), bind
+// records whose container is gone, and other owners' unbound ones older than twice the
+// max age (no owner hands those out any more).
 func (d *Driver) reconcilePool(ctx context.Context) error {
 	return d.sweepPool(ctx, true)
 }
 
 // cleanPool runs on every tick of the refill loop: it finishes removals of this owner's
 // pooled containers that were cut short, and removes bind records whose container is
-// gone. It leaves unbound and half-bound containers alone: they may be in the pool, or
-// in a bind, right now.
+// gone, and other owners' too old ones. It leaves this owner's unbound and half-bound
+// containers alone: they may be in the pool, or in a bind, right now.
 func (d *Driver) cleanPool(ctx context.Context) {
 	if err := d.sweepPool(ctx, false); err != nil {
 		d.log.Warn("pool clean", "err", err)
@@ -45,10 +47,20 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 	exists := make(map[string]bool, len(cs))
 	for _, c := range cs {
 		exists[c.ID] = true
-		if c.Labels[LabelPoolOwner] != d.pool.owner || len(c.Names) == 0 {
-			continue // another replica's
+		if len(c.Names) == 0 {
+			continue
 		}
 		name := c.Names[0]
+		if c.Labels[LabelPoolOwner] != d.pool.owner {
+			// Another replica's: its own until it is too old for it to hand out.
+			if unboundName(name) && time.Since(time.Unix(c.Created, 0)) > 2*d.pool.maxAge {
+				d.log.Info("removing another owner's old pooled container", "container", c.ID, "owner", c.Labels[LabelPoolOwner])
+				if err := d.Remove(ctx, c.ID); err != nil {
+					d.log.Warn("remove pooled container", "container", c.ID, "err", err)
+				}
+			}
+			continue
+		}
 		if _, bound := sessionLabels(c.ID, name, c.Labels, binds); bound && !deletedName(name) {
 			continue // a session's
 		}
@@ -86,7 +98,9 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
 	image := c.Labels[LabelPool]
 	p := d.pool
-	if p.sizes[image] == 0 || c.State != container.StateRunning || c.Labels[LabelPoolClass] != d.poolClassFor(image).key() {
+	made := time.Unix(c.Created, 0)
+	if p.sizes[image] == 0 || c.State != container.StateRunning || c.Labels[LabelPoolClass] != d.poolClassFor(image).key() ||
+		time.Since(made) >= p.maxAge {
 		return false
 	}
 	if agentVolumeOf(c.Mounts) != d.agentVolume {
@@ -106,7 +120,7 @@ func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
 		return false
 	}
 	r := ci.HostConfig.Resources
-	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts),
+	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts), made: made,
 		limits: sandbox.Limits{NanoCPUs: r.NanoCPUs, MemoryBytes: r.Memory}}
 	if r.PidsLimit != nil {
 		b.limits.Pids = *r.PidsLimit
