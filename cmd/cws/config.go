@@ -5,9 +5,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/spf13/pflag"
 )
@@ -27,6 +29,11 @@ type Config struct {
 	ReapEvery    time.Duration // reaper and reconcile interval
 	DrainTimeout time.Duration // how long shutdown waits for in-flight requests (the grace period)
 	StoreTimeout time.Duration // deadline of each session-store operation
+	Pool         []string      // warm pools, IMAGE=N each; empty: none (with --dev: 2 of the default image)
+	PoolMax      int           // cap on pooled containers over all images; zero: the sum of the pools
+	PoolOwner    string        // this replica's name on its pooled containers; empty: the host name
+
+	pools []docker.PoolSize // Pool, parsed by validate
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -42,6 +49,9 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.LogLevel, "log-level", envDefault(getenv, "CWS_LOG_LEVEL", "info"), "log level: debug, info, warn, error [CWS_LOG_LEVEL]")
 	f.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often expired sessions and orphan containers are removed")
 	f.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration(getenv, "CWS_DRAIN_TIMEOUT", 25*time.Second), "on SIGTERM, how long in-flight requests may finish (keep it below the pod's terminationGracePeriodSeconds) [CWS_DRAIN_TIMEOUT]")
+	f.StringArrayVar(&c.Pool, "pool", envList(getenv, "CWS_POOL"), "warm pool: keep N started, agent-ready containers of IMAGE for new sessions, as IMAGE=N; repeatable (default: none; with --dev, 2 of --default-image; IMAGE=0 turns one off) [CWS_POOL, comma-separated]")
+	f.IntVar(&c.PoolMax, "pool-max", envInt(getenv, "CWS_POOL_MAX", 0), "most pooled containers over all images (0: the sum of --pool) [CWS_POOL_MAX]")
+	f.StringVar(&c.PoolOwner, "pool-owner", getenv("CWS_POOL_OWNER"), "this replica's name on its pooled containers; replicas sharing an engine need distinct ones, and a stable one lets a restart adopt its pool (default: the host name) [CWS_POOL_OWNER]")
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 }
 
@@ -78,7 +88,61 @@ func (c *Config) validate() error {
 	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
 		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")
 	}
+	return c.parsePools()
+}
+
+// devPoolSize is the pool of the default image that --dev keeps unless --pool says.
+const devPoolSize = 2
+
+// parsePools turns --pool IMAGE=N into pool sizes; --dev adds one for the default
+// image unless --pool names it.
+func (c *Config) parsePools() error {
+	named := map[string]bool{}
+	c.pools = nil
+	for _, p := range c.Pool {
+		i := strings.LastIndex(p, "=")
+		if i <= 0 {
+			return fmt.Errorf("--pool %q: want IMAGE=N, e.g. %s=4", p, version.WorkspaceImage)
+		}
+		n, err := strconv.Atoi(p[i+1:])
+		if err != nil || n < 0 {
+			return fmt.Errorf("--pool %q: N must be a whole number, 0 or more", p)
+		}
+		named[p[:i]] = true
+		if n > 0 {
+			c.pools = append(c.pools, docker.PoolSize{Image: p[:i], Size: n})
+		}
+	}
+	if c.Dev && c.TenantsFile == "" && !named[c.DefaultImage] {
+		c.pools = append(c.pools, docker.PoolSize{Image: c.DefaultImage, Size: devPoolSize})
+	}
+	if c.PoolMax < 0 {
+		return fmt.Errorf("--pool-max must be 0 (the sum of the pools) or more")
+	}
 	return nil
+}
+
+// envList reads a comma-separated list from key.
+func envList(getenv func(string) string, key string) []string {
+	v := getenv(key)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// envInt reads an integer from key, or def when unset. A malformed value yields -1,
+// which validate refuses.
+func envInt(getenv func(string) string, key string, def int) int {
+	v := getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // envDuration reads a duration from key, or def when unset. A malformed value yields
