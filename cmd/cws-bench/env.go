@@ -20,6 +20,7 @@ import (
 // first use.
 type env struct {
 	driver   *docker.Driver
+	agentBin string // the agent binary, for sections that make drivers of their own
 	image    string
 	scale    float64 // multiplies every iteration count
 	progress io.Writer

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	e := &env{driver: d, image: *image, scale: *scale, progress: stderr}
+	e := &env{driver: d, agentBin: *agentBin, image: *image, scale: *scale, progress: stderr}
 	defer e.close(ctx)
 
 	var rows []bench.Row

@@ -376,3 +376,10 @@ func (nopPoolObserver) PoolReady(string, int)   {}
 func (nopPoolObserver) PoolHit(string)          {}
 func (nopPoolObserver) PoolMiss(string, string) {}
 func (nopPoolObserver) PoolFillFailed(string)   {}
+
+// PoolReady is how many pooled containers of image are ready to be handed out.
+func (d *Driver) PoolReady(image string) int {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return len(d.pool.ready[image])
+}
