@@ -53,6 +53,7 @@ func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.
 	d.pool.signal()
 	info, err = d.bind(ctx, b, spec)
 	if err != nil {
+		b.close()
 		d.log.Warn("bind pooled container failed; removing it", "container", b.id, "session", spec.Session, "err", err)
 		if rerr := d.Remove(context.WithoutCancel(ctx), b.id); rerr != nil {
 			d.log.Warn("remove pooled container after a failed bind", "container", b.id, "err", rerr)
@@ -63,6 +64,7 @@ func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.
 		d.pool.obs.PoolMiss(spec.Image, MissBind)
 		return sandbox.Info{}, false, nil
 	}
+	d.handOver(b)
 	d.pool.obs.PoolHit(spec.Image)
 	return info, true, nil
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -105,7 +106,8 @@ type Driver struct {
 	agentSem   chan struct{}
 	agentReady bool
 
-	pool *pool // the warm pool; empty when none is configured
+	pool    *pool    // the warm pool; empty when none is configured
+	streams sync.Map // container id → io.ReadWriteCloser pre-opened while pooled (pool.go)
 }
 
 // New returns a Driver that talks to the Docker engine named by the environment

@@ -114,6 +114,16 @@ type pooledBox struct {
 	volume string         // its workspace volume
 	limits sandbox.Limits // the mutable limits it was made with
 	made   time.Time      // when it was made (engine time for adopted ones)
+	// stream is an agent stream opened while pooled, handed to the session's first
+	// Attach so that its first call does not wait for a `docker exec`; nil if none.
+	stream io.ReadWriteCloser
+}
+
+// close ends the pre-opened stream of a box that will never be handed out.
+func (b pooledBox) close() {
+	if b.stream != nil {
+		b.stream.Close()
+	}
 }
 
 // pool holds the ready containers of every pool image. Only its driver hands them out.
@@ -205,6 +215,7 @@ func (d *Driver) expire(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, b := range old {
+		b.close()
 		d.log.Info("pooled container too old, replacing it", "container", b.id)
 		if err := d.Remove(ctx, b.id); err != nil {
 			d.log.Warn("remove old pooled container", "container", b.id, "err", err)
@@ -342,7 +353,42 @@ func (d *Driver) makePooled(ctx context.Context, image string) (pooledBox, error
 		return pooledBox{}, fmt.Errorf("pool %s: %w", image, err)
 	}
 	log.Debug("pooled container ready", "container", resp.ID)
-	return pooledBox{id: resp.ID, volume: vol, limits: withDefaults(sandbox.Limits{}, d.defaults), made: time.Now()}, nil
+	return pooledBox{id: resp.ID, volume: vol, limits: withDefaults(sandbox.Limits{}, d.defaults), made: time.Now(),
+		stream: d.preopen(ctx, resp.ID)}, nil
+}
+
+// preopen opens an agent stream to a pooled container for its session's first
+// Attach. It is best effort: nil means the session dials as usual.
+func (d *Driver) preopen(ctx context.Context, id string) io.ReadWriteCloser {
+	s, err := d.Attach(ctx, id)
+	if err != nil {
+		d.log.Debug("pre-open agent stream", "container", id, "err", err)
+		return nil
+	}
+	return s
+}
+
+// handOver keeps a bound container's pre-opened stream for its first Attach.
+func (d *Driver) handOver(b pooledBox) {
+	if b.stream != nil {
+		d.streams.Store(b.id, b.stream)
+	}
+}
+
+// preopened returns (once) the pre-opened agent stream of a container handed out from
+// the pool, or nil.
+func (d *Driver) preopened(id string) io.ReadWriteCloser {
+	if s, ok := d.streams.LoadAndDelete(id); ok {
+		return s.(io.ReadWriteCloser)
+	}
+	return nil
+}
+
+// dropStream closes the pre-opened stream of a container being removed, if unused.
+func (d *Driver) dropStream(id string) {
+	if s := d.preopened(id); s != nil {
+		s.Close()
+	}
 }
 
 // pingAgent waits until the agent in container id answers a ping (at most a minute).

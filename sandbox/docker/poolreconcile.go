@@ -120,7 +120,7 @@ func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
 		return false
 	}
 	r := ci.HostConfig.Resources
-	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts), made: made,
+	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts), made: made, stream: d.preopen(ctx, c.ID),
 		limits: sandbox.Limits{NanoCPUs: r.NanoCPUs, MemoryBytes: r.Memory}}
 	if r.PidsLimit != nil {
 		b.limits.Pids = *r.PidsLimit
