@@ -303,12 +303,11 @@ func (d *Driver) fillOne(ctx context.Context, image string) {
 	b, err := d.makePooled(ctx, image)
 	<-p.fillers
 	if err != nil {
+		// No signal: a broken image is tried again on the next tick, not in a loop.
 		done(nil)
 		if ctx.Err() == nil {
 			p.obs.PoolFillFailed(image)
 			d.log.Warn("pool fill failed", "image", image, "err", err)
-			// Do not spin on a broken image: the next tick tries again.
-			return
 		}
 		return
 	}
@@ -316,8 +315,13 @@ func (d *Driver) fillOne(ctx context.Context, image string) {
 	p.signal()
 }
 
-// makePooled creates, starts and pings one pooled container of image.
+// makePooled creates, starts and pings one pooled container of image. Once begun it
+// runs to the end whatever ctx does (an engine call cut short may still make its
+// container, which would then be left behind); a container it makes after the pool
+// stopped waits for the next RunPool to adopt it.
 func (d *Driver) makePooled(ctx context.Context, image string) (pooledBox, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	if err := d.ensureAgentVolume(ctx, image); err != nil {
 		return pooledBox{}, err
 	}
@@ -428,4 +432,22 @@ func (d *Driver) PoolReady(image string) int {
 	d.pool.mu.Lock()
 	defer d.pool.mu.Unlock()
 	return len(d.pool.ready[image])
+}
+
+// unready removes container id from the ready containers, and reports whether it was
+// there.
+func (d *Driver) unready(id string) (pooledBox, bool) {
+	p := d.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for img, boxes := range p.ready {
+		for i, b := range boxes {
+			if b.id == id {
+				p.ready[img] = slices.Delete(boxes, i, i+1)
+				p.obs.PoolReady(img, len(p.ready[img]))
+				return b, true
+			}
+		}
+	}
+	return pooledBox{}, false
 }

@@ -499,3 +499,25 @@ func TestPoolOtherOwner(t *testing.T) {
 		t.Errorf("List = %+v, %v; want the session %s untouched", got, err, s.ID)
 	}
 }
+
+// TestPoolStopped: a ready pooled container that stopped is replaced, never handed out.
+func TestPoolStopped(t *testing.T) {
+	e := newPoolEnv(t, 1)
+	stopped := readyIDs(t, e.d, 1)[0]
+	timeout := 0
+	if err := e.cli.ContainerStop(t.Context(), stopped, container.StopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	e.d.cleanPool(t.Context())
+	next := readyIDs(t, e.d, 1)[0]
+	if next == stopped {
+		t.Fatalf("the stopped container is still in the pool")
+	}
+	if _, err := e.cli.ContainerInspect(t.Context(), stopped); !cerrdefs.IsNotFound(err) {
+		t.Errorf("stopped pooled container: %v, want removed", err)
+	}
+	info, err := e.d.Create(t.Context(), poolSpec("tenant"))
+	if err != nil || info.ID != next {
+		t.Errorf("Create = %+v, %v; want the new pooled %s", info, err, next)
+	}
+}

@@ -23,9 +23,10 @@ func (d *Driver) reconcilePool(ctx context.Context) error {
 }
 
 // cleanPool runs on every tick of the refill loop: it finishes removals of this owner's
-// pooled containers that were cut short, and removes bind records whose container is
-// gone, and other owners' too old ones. It leaves this owner's unbound and half-bound
-// containers alone: they may be in the pool, or in a bind, right now.
+// pooled containers that were cut short, replaces ready ones that stopped, and removes
+// bind records whose container is gone, and other owners' too old ones. It leaves this
+// owner's other unbound and half-bound containers alone: they may be in the pool, being
+// made, or in a bind, right now.
 func (d *Driver) cleanPool(ctx context.Context) {
 	if err := d.sweepPool(ctx, false); err != nil {
 		d.log.Warn("pool clean", "err", err)
@@ -66,6 +67,18 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 		}
 		switch {
 		case deletedName(name):
+		case !starting && unboundName(name) && c.State != container.StateRunning:
+			// A ready one that stopped (an engine restart, an OOM kill): replace it. One
+			// not in the ready list, or running by now, is still being made.
+			if now, err := d.cli.ContainerInspect(ctx, c.ID); err != nil || now.State == nil || now.State.Running {
+				continue
+			}
+			b, ok := d.unready(c.ID)
+			if !ok {
+				continue
+			}
+			b.close()
+			d.pool.signal()
 		case !starting:
 			continue
 		case unboundName(name):
