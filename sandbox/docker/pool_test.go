@@ -431,6 +431,13 @@ func TestPoolRestart(t *testing.T) {
 	unbound := readyIDs(t, e.d, 2)
 	e.stopPool()
 
+	// The workspace volume of a fill cut short, its container never made.
+	orphan := volumeName("pool-" + uniq("orphan"))
+	if _, err := e.cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: orphan,
+		Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelInstance: e.instance, LabelPool: version.TestImage}}); err != nil {
+		t.Fatal(err)
+	}
+
 	d2 := e.driver(t, 2)
 	got, err := d2.List(t.Context(), map[string]string{sandbox.LabelSession: spec.Session, sandbox.LabelTenant: spec.Tenant})
 	if err != nil || len(got) != 1 || got[0] != s {
@@ -453,6 +460,12 @@ func TestPoolRestart(t *testing.T) {
 	}
 	if _, err := e.cli.ContainerInspect(t.Context(), s.ID); err != nil {
 		t.Errorf("the session's container: %v", err)
+	}
+	if _, err := e.cli.VolumeInspect(t.Context(), s.Volume); err != nil {
+		t.Errorf("the session's volume: %v", err)
+	}
+	if _, err := e.cli.VolumeInspect(t.Context(), orphan); !cerrdefs.IsNotFound(err) {
+		t.Errorf("orphan pool volume: %v, want removed", err)
 	}
 	// The adopted ones are handed out like fresh ones.
 	n, err := d2.Create(t.Context(), poolSpec("tenant-c"))

@@ -3,11 +3,13 @@ package docker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/cwsdev/cws/sandbox"
 )
@@ -91,6 +93,9 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 			d.log.Warn("remove pooled container", "container", c.ID, "err", err)
 		}
 	}
+	if starting {
+		d.removeOrphanPoolVolumes(ctx, cs)
+	}
 	for id, rec := range binds {
 		if exists[id] {
 			continue
@@ -155,4 +160,29 @@ func agentVolumeOf(mounts []container.MountPoint) string {
 		}
 	}
 	return ""
+}
+
+// removeOrphanPoolVolumes removes the workspace volumes of pooled containers that are
+// gone (a fill or a removal cut short). It runs only at start, when no fill is making
+// a volume whose container does not exist yet.
+func (d *Driver) removeOrphanPoolVolumes(ctx context.Context, cs []container.Summary) {
+	used := map[string]bool{}
+	for _, c := range cs {
+		used[workspaceVolume(c.Mounts)] = true
+	}
+	resp, err := d.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", LabelPool), filters.Arg("label", sandbox.LabelInstance+"="+d.instance))})
+	if err != nil {
+		d.log.Warn("list pool volumes", "err", err)
+		return
+	}
+	for _, v := range resp.Volumes {
+		if used[v.Name] || !strings.HasPrefix(v.Name, volumeName("pool-")) {
+			continue
+		}
+		// Not forced: a volume some container still uses is left alone.
+		if err := d.cli.VolumeRemove(ctx, v.Name, false); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			d.log.Warn("remove orphan pool volume", "volume", v.Name, "err", err)
+		}
+	}
 }
