@@ -2,8 +2,6 @@ package docker
 
 import (
 	"cmp"
-	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -13,12 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/volume"
-
 	"github.com/cwsdev/cws/sandbox"
-	"github.com/cwsdev/cws/sandbox/agent"
-	"github.com/cwsdev/cws/version"
 )
 
 // The warm pool.
@@ -195,222 +188,11 @@ func (d *Driver) take(spec sandbox.Spec) (pooledBox, string) {
 	return pooledBox{}, MissEmpty
 }
 
-// expire removes the ready containers that waited longer than the pool's max age; the
-// refill replaces them.
-func (d *Driver) expire(ctx context.Context) {
-	p := d.pool
-	var old []pooledBox
-	p.mu.Lock()
-	for img, boxes := range p.ready {
-		keep := boxes[:0]
-		for _, b := range boxes {
-			if time.Since(b.made) >= p.maxAge {
-				old = append(old, b)
-			} else {
-				keep = append(keep, b)
-			}
-		}
-		p.ready[img] = keep
-		p.obs.PoolReady(img, len(keep))
-	}
-	p.mu.Unlock()
-	for _, b := range old {
-		b.close()
-		d.log.Info("pooled container too old, replacing it", "container", b.id)
-		if err := d.Remove(ctx, b.id); err != nil {
-			d.log.Warn("remove old pooled container", "container", b.id, "err", err)
-		}
-	}
-}
-
 // signal asks the refill loop to look at the pool now.
 func (p *pool) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
-	}
-}
-
-// RunPool reconciles the warm pool with the engine (adopting this driver's healthy
-// unbound pooled containers, removing broken ones) and then keeps every pool full
-// until ctx ends. Without pools configured it returns at once. Pooled containers
-// outlive the process: the next RunPool adopts them.
-func (d *Driver) RunPool(ctx context.Context) {
-	p := d.pool
-	if len(p.sizes) == 0 {
-		return
-	}
-	if err := d.reconcilePool(ctx); err != nil {
-		d.log.Warn("pool reconcile", "err", err)
-	}
-	t := time.NewTicker(30 * time.Second)
-	defer t.Stop()
-	for {
-		d.refill(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.wake:
-		case <-t.C:
-			d.expire(ctx)
-			d.cleanPool(ctx)
-		}
-	}
-}
-
-// refill starts the fills that the pools lack, within the global cap. Each fill runs
-// in its own goroutine, bounded by the fillers semaphore.
-func (d *Driver) refill(ctx context.Context) {
-	p := d.pool
-	p.mu.Lock()
-	total := 0
-	for img := range p.sizes {
-		total += len(p.ready[img]) + p.filling[img]
-	}
-	var starts []string
-	for img, want := range p.sizes {
-		for n := len(p.ready[img]) + p.filling[img]; n < want && total < p.max; n++ {
-			p.filling[img]++
-			total++
-			starts = append(starts, img)
-		}
-	}
-	p.mu.Unlock()
-	for _, img := range starts {
-		go d.fillOne(ctx, img)
-	}
-}
-
-// fillOne makes one pooled container of image and adds it to the pool.
-func (d *Driver) fillOne(ctx context.Context, image string) {
-	p := d.pool
-	done := func(b *pooledBox) {
-		p.mu.Lock()
-		p.filling[image]--
-		if b != nil {
-			p.ready[image] = append(p.ready[image], *b)
-		}
-		n := len(p.ready[image])
-		p.mu.Unlock()
-		p.obs.PoolReady(image, n)
-	}
-	select {
-	case p.fillers <- struct{}{}:
-	case <-ctx.Done():
-		done(nil)
-		return
-	}
-	b, err := d.makePooled(ctx, image)
-	<-p.fillers
-	if err != nil {
-		// No signal: a broken image is tried again on the next tick, not in a loop.
-		done(nil)
-		if ctx.Err() == nil {
-			p.obs.PoolFillFailed(image)
-			d.log.Warn("pool fill failed", "image", image, "err", err)
-		}
-		return
-	}
-	done(&b)
-	p.signal()
-}
-
-// makePooled creates, starts and pings one pooled container of image. Once begun it
-// runs to the end whatever ctx does (an engine call cut short may still make its
-// container, which would then be left behind); a container it makes after the pool
-// stopped waits for the next RunPool to adopt it.
-func (d *Driver) makePooled(ctx context.Context, image string) (pooledBox, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	if err := d.ensureAgentVolume(ctx, image); err != nil {
-		return pooledBox{}, err
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	name := "pool-" + hex.EncodeToString(rnd[:])
-	class := d.poolClassFor(image)
-	spec := sandbox.Spec{Session: name, Image: image}
-	cfg, host := d.containerConfig(spec)
-	for _, k := range []string{sandbox.LabelSession, sandbox.LabelTenant, sandbox.LabelSubject, sandbox.LabelExpires, sandbox.LabelDefault} {
-		delete(cfg.Labels, k)
-	}
-	cfg.Labels[LabelPool] = image
-	cfg.Labels[LabelPoolClass] = class.key()
-	cfg.Labels[LabelPoolOwner] = d.pool.owner
-	vol := volumeName(name)
-	volLabels := map[string]string{sandbox.LabelManaged: "true", sandbox.LabelInstance: d.instance, LabelPool: image}
-	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol, Labels: volLabels}); err != nil {
-		return pooledBox{}, fmt.Errorf("pool %s: create volume: %w", image, err)
-	}
-	log := d.log.With("image", image, "pooled", name)
-	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(name))
-	if err != nil {
-		d.cleanup(ctx, log, "", vol)
-		return pooledBox{}, fmt.Errorf("pool %s: create container: %w", image, err)
-	}
-	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		d.cleanup(ctx, log, resp.ID, vol)
-		return pooledBox{}, fmt.Errorf("pool %s: start container: %w", image, err)
-	}
-	if err := d.pingAgent(ctx, resp.ID); err != nil {
-		d.cleanup(ctx, log, resp.ID, vol)
-		return pooledBox{}, fmt.Errorf("pool %s: %w", image, err)
-	}
-	log.Debug("pooled container ready", "container", resp.ID)
-	return pooledBox{id: resp.ID, volume: vol, limits: withDefaults(sandbox.Limits{}, d.defaults), made: time.Now(),
-		stream: d.preopen(ctx, resp.ID)}, nil
-}
-
-// preopen opens an agent stream to a pooled container for its session's first
-// Attach. It is best effort: nil means the session dials as usual.
-func (d *Driver) preopen(ctx context.Context, id string) io.ReadWriteCloser {
-	s, err := d.Attach(ctx, id)
-	if err != nil {
-		d.log.Debug("pre-open agent stream", "container", id, "err", err)
-		return nil
-	}
-	return s
-}
-
-// handOver keeps a bound container's pre-opened stream for its first Attach.
-func (d *Driver) handOver(b pooledBox) {
-	if b.stream != nil {
-		d.streams.Store(b.id, b.stream)
-	}
-}
-
-// preopened returns (once) the pre-opened agent stream of a container handed out from
-// the pool, or nil.
-func (d *Driver) preopened(id string) io.ReadWriteCloser {
-	if s, ok := d.streams.LoadAndDelete(id); ok {
-		return s.(io.ReadWriteCloser)
-	}
-	return nil
-}
-
-// dropStream closes the pre-opened stream of a container being removed, if unused.
-func (d *Driver) dropStream(id string) {
-	if s := d.preopened(id); s != nil {
-		s.Close()
-	}
-}
-
-// pingAgent waits until the agent in container id answers a ping (at most a minute).
-func (d *Driver) pingAgent(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) }, version.Version, nil)
-	defer c.Close()
-	var err error
-	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if _, err = c.Ping(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent did not answer: %v", err)
-		case <-time.After(delay):
-		}
 	}
 }
 
