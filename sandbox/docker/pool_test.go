@@ -226,7 +226,13 @@ func TestPoolHandOut(t *testing.T) {
 		}
 	})
 	t.Run("working session", func(t *testing.T) {
-		checkPing(t, e.d, info.ID)
+		if _, ok := e.d.streams.Load(info.ID); !ok {
+			t.Error("no pre-opened agent stream for the session's first Attach")
+		}
+		checkPing(t, e.d, info.ID) // over the pre-opened stream
+		if _, ok := e.d.streams.Load(info.ID); ok {
+			t.Error("the pre-opened stream was not used")
+		}
 		if out, code := execOut(t, e.d, info.ID, "sh", "-c", "echo hi > /workspace/f && cat /workspace/f && id -u"); code != 0 || out != "hi\n1000\n" {
 			t.Errorf("exec = %q, %d", out, code)
 		}
