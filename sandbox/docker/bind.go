@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cwsdev/cws/sandbox"
 )
@@ -69,34 +70,49 @@ func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.
 	return info, true, nil
 }
 
-// bind gives pooled container b to spec's session: its name, its bind record, then
-// its limits.
+// bind gives pooled container b to spec's session: its name, its bind record and its
+// limits, the three at once (each is one engine round trip). A bind cut short between
+// them leaves a container that List does not report (name and record disagree) and
+// that the pool's reconcile removes, never hands out again.
 func (d *Driver) bind(ctx context.Context, b pooledBox, spec sandbox.Spec) (sandbox.Info, error) {
-	if err := d.cli.ContainerRename(ctx, b.id, containerName(spec.Session)); err != nil {
-		if cerrdefs.IsConflict(err) {
-			return sandbox.Info{}, fmt.Errorf("bind sandbox %s: %w: %v", spec.Session, ErrExists, err)
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := d.cli.ContainerRename(ctx, b.id, containerName(spec.Session)); err != nil {
+			if cerrdefs.IsConflict(err) {
+				return fmt.Errorf("bind sandbox %s: %w: %v", spec.Session, ErrExists, err)
+			}
+			return fmt.Errorf("bind sandbox %s: rename: %w", spec.Session, err)
 		}
-		return sandbox.Info{}, fmt.Errorf("bind sandbox %s: rename: %w", spec.Session, err)
-	}
-	labels := d.labels(spec)
-	labels[LabelBind] = b.id
-	// VolumeCreate returns an existing volume as it is: a record it did not make names
-	// another container, and the session exists already.
-	v, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: bindName(spec.Session), Labels: labels})
-	if err != nil {
-		return sandbox.Info{}, fmt.Errorf("bind sandbox %s: create bind record: %w", spec.Session, err)
-	}
-	if v.Labels[LabelBind] != b.id {
-		return sandbox.Info{}, fmt.Errorf("bind sandbox %s: %w: bind record %s names another container", spec.Session, ErrExists, v.Name)
-	}
+		return nil
+	})
+	g.Go(func() error {
+		labels := d.labels(spec)
+		labels[LabelBind] = b.id
+		// VolumeCreate returns an existing volume as it is: a record it did not make
+		// names another container, and the session exists already.
+		v, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: bindName(spec.Session), Labels: labels})
+		if err != nil {
+			return fmt.Errorf("bind sandbox %s: create bind record: %w", spec.Session, err)
+		}
+		if v.Labels[LabelBind] != b.id {
+			return fmt.Errorf("bind sandbox %s: %w: bind record %s names another container", spec.Session, ErrExists, v.Name)
+		}
+		return nil
+	})
 	lim := withDefaults(spec.Limits, d.defaults)
 	if lim.NanoCPUs != b.limits.NanoCPUs || lim.MemoryBytes != b.limits.MemoryBytes || lim.Pids != b.limits.Pids {
-		pids := lim.Pids
-		if _, err := d.cli.ContainerUpdate(ctx, b.id, container.UpdateConfig{Resources: container.Resources{
-			NanoCPUs: lim.NanoCPUs, Memory: lim.MemoryBytes, MemorySwap: lim.MemoryBytes, PidsLimit: &pids,
-		}}); err != nil {
-			return sandbox.Info{}, fmt.Errorf("bind sandbox %s: update limits: %w", spec.Session, err)
-		}
+		g.Go(func() error {
+			pids := lim.Pids
+			if _, err := d.cli.ContainerUpdate(ctx, b.id, container.UpdateConfig{Resources: container.Resources{
+				NanoCPUs: lim.NanoCPUs, Memory: lim.MemoryBytes, MemorySwap: lim.MemoryBytes, PidsLimit: &pids,
+			}}); err != nil {
+				return fmt.Errorf("bind sandbox %s: update limits: %w", spec.Session, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return sandbox.Info{}, err
 	}
 	d.log.Info("sandbox created from the pool", "session", spec.Session, "tenant", spec.Tenant, "image", spec.Image, "container", b.id)
 	info := sandbox.Info{ID: b.id, Session: spec.Session, Tenant: spec.Tenant, Subject: spec.Subject, Image: spec.Image,

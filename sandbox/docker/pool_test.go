@@ -433,6 +433,19 @@ func TestPoolRestart(t *testing.T) {
 	if err := e.cli.ContainerRename(t.Context(), half.id, containerName(uniq("s"))); err != nil {
 		t.Fatal(err)
 	}
+	// A bind cut short after the bind record, before the rename.
+	e.d.pool.signal()
+	readyIDs(t, e.d, 1)
+	recorded, miss := e.d.take(poolSpec("tenant"))
+	if miss != "" {
+		t.Fatalf("take: %s", miss)
+	}
+	rs := uniq("s")
+	if _, err := e.cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: bindName(rs), Labels: map[string]string{
+		sandbox.LabelManaged: "true", sandbox.LabelInstance: e.instance, sandbox.LabelSession: rs, sandbox.LabelTenant: "tenant", LabelBind: recorded.id,
+	}}); err != nil {
+		t.Fatal(err)
+	}
 	e.d.pool.signal()
 	unbound := readyIDs(t, e.d, 2)
 	e.stopPool()
@@ -461,8 +474,13 @@ func TestPoolRestart(t *testing.T) {
 	if !slices.Equal(adopted, unbound) {
 		t.Errorf("adopted %v, want the unbound %v", adopted, unbound)
 	}
-	if _, err := e.cli.ContainerInspect(t.Context(), half.id); !cerrdefs.IsNotFound(err) {
-		t.Errorf("half-bound container: %v, want removed", err)
+	for _, id := range []string{half.id, recorded.id} {
+		if _, err := e.cli.ContainerInspect(t.Context(), id); !cerrdefs.IsNotFound(err) {
+			t.Errorf("half-bound container: %v, want removed", err)
+		}
+	}
+	if _, err := e.cli.VolumeInspect(t.Context(), bindName(rs)); !cerrdefs.IsNotFound(err) {
+		t.Errorf("bind record of the half-bound container: %v, want removed", err)
 	}
 	if _, err := e.cli.ContainerInspect(t.Context(), s.ID); err != nil {
 		t.Errorf("the session's container: %v", err)

@@ -84,7 +84,8 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 		case !starting:
 			continue
 		case unboundName(name):
-			if d.adoptPooled(ctx, c) {
+			// One with a bind record was in a bind cut short: never hand it out again.
+			if _, inBind := binds[c.ID]; !inBind && d.adoptPooled(ctx, c) {
 				continue
 			}
 		}
