@@ -128,6 +128,7 @@ type pool struct {
 	fillers chan struct{} // bounds concurrent fills
 	obs     PoolObserver
 	wake    chan struct{}
+	fills   sync.WaitGroup // fills in flight; RunPool waits for them
 
 	mu      sync.Mutex
 	ready   map[string][]pooledBox // by image

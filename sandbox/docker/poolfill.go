@@ -20,8 +20,8 @@ import (
 
 // RunPool reconciles the warm pool with the engine (adopting this driver's healthy
 // unbound pooled containers, removing broken ones) and then keeps every pool full
-// until ctx ends. Without pools configured it returns at once. Pooled containers
-// outlive the process: the next RunPool adopts them.
+// until ctx ends, then waits for the fills under way. Without pools configured it
+// returns at once. Pooled containers outlive the process: the next RunPool adopts them.
 func (d *Driver) RunPool(ctx context.Context) {
 	p := d.pool
 	if len(p.sizes) == 0 {
@@ -30,6 +30,7 @@ func (d *Driver) RunPool(ctx context.Context) {
 	if err := d.reconcilePool(ctx); err != nil {
 		d.log.Warn("pool reconcile", "err", err)
 	}
+	defer p.fills.Wait()
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -64,7 +65,11 @@ func (d *Driver) refill(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, img := range starts {
-		go d.fillOne(ctx, img)
+		p.fills.Add(1)
+		go func() {
+			defer p.fills.Done()
+			d.fillOne(ctx, img)
+		}()
 	}
 }
 
