@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -102,9 +103,11 @@ type Driver struct {
 	agentSize   int64
 	agentVolume string // cws-agent-<version>-<12 hex>
 
-	// agentSem serializes populating the agent volume; agentReady is guarded by it.
+	// agentSem serializes populating the agent volume; agentReady is set, under it,
+	// once the volume is known to be ready, and read without it (the creates that
+	// follow never queue on agentSem).
 	agentSem   chan struct{}
-	agentReady bool
+	agentReady atomic.Bool
 
 	pool    *pool    // the warm pool; empty when none is configured
 	streams sync.Map // container id → io.ReadWriteCloser pre-opened while pooled (pool.go)
