@@ -3,8 +3,10 @@
 // cws-agent into any image through a read-only, content-addressed agent volume.
 //
 // Everything the driver owns carries the sandbox.Label* labels, so a restarted cws can
-// find it again with List. The driver keeps no state besides the Docker client and
-// whether the agent volume is known to be ready.
+// find it again with List. The driver keeps no state besides the Docker client, whether
+// the agent volume is known to be ready, and its warm pool (pool.go): started,
+// agent-ready containers that Create binds to a session by name and bind record
+// (bind.go), both on the engine, so that they too are found again after a restart.
 package docker
 
 import (
