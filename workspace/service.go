@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cwsdev/cws/sandbox"
@@ -106,6 +107,8 @@ type Service struct {
 	agents   map[string]*agent.Client // by sandbox id
 	policies map[string]cachedPolicy  // by session id
 	touched  map[string]time.Time     // by session id: last TouchSession written
+
+	counting, recount atomic.Bool // countActiveSoon: a recount runs; another is due
 }
 
 type cachedPolicy struct {

@@ -135,7 +135,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		return nil, cleanup(err)
 	}
 	s.obs.SessionCreated(s.cfg.Now().Sub(start))
-	s.countActive(ctx)
+	s.countActiveSoon()
 	s.log.Info("session created", "session", sess.ID, "tenant", sess.Tenant, "image", image, "sandbox", sess.Sandbox)
 	return sess, nil
 }
@@ -383,6 +383,28 @@ func (s *Service) waitCreated(ctx context.Context, caller Caller, id string) (*S
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// countActiveSoon recounts the active sessions in the background, one recount at a
+// time: a create does not wait for a scan of every session in the store, and a burst
+// of creates costs one or two scans, not one each.
+func (s *Service) countActiveSoon() {
+	if !s.counting.CompareAndSwap(false, true) {
+		s.recount.Store(true)
+		return
+	}
+	go func() {
+		for {
+			s.recount.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			s.countActive(ctx)
+			cancel()
+			if !s.recount.Load() {
+				break
+			}
+		}
+		s.counting.Store(false)
+	}()
 }
 
 func (s *Service) countActive(ctx context.Context) {

@@ -24,6 +24,7 @@ type env struct {
 	// transport is the path driver takes (docker.TransportSocket or TransportExec).
 	execDriver *docker.Driver
 	transport  string
+	agentBin   string // the agent binary, for sections that make drivers of their own
 	image      string
 	scale      float64 // multiplies every iteration count
 	progress   io.Writer

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer execDriver.Close()
-	e := &env{driver: d, execDriver: execDriver, transport: name, image: *image, scale: *scale, progress: stderr}
+	e := &env{driver: d, execDriver: execDriver, transport: name, agentBin: *agentBin, image: *image, scale: *scale, progress: stderr}
 	defer e.close(ctx)
 
 	var rows []bench.Row

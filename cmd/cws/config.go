@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,11 @@ type Config struct {
 	// (docker.Config.Transport); AgentSocketDir is the host directory of their sockets.
 	AgentTransport string
 	AgentSocketDir string
+	Pool           []string // warm pools, IMAGE=N each; empty: none (with --dev: 2 of the default image)
+	PoolMax        int      // cap on pooled containers over all images; zero: the sum of the pools
+	PoolOwner      string   // this replica's name on its pooled containers; empty: the host name
+
+	pools []docker.PoolSize // Pool, parsed by validate
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -49,6 +55,9 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration(getenv, "CWS_DRAIN_TIMEOUT", 25*time.Second), "on SIGTERM, how long in-flight requests may finish (keep it below the pod's terminationGracePeriodSeconds) [CWS_DRAIN_TIMEOUT]")
 	f.StringVar(&c.AgentTransport, "agent-transport", envDefault(getenv, "CWS_AGENT_TRANSPORT", docker.TransportAuto), "how cws reaches workspace agents: auto (a unix socket when the Docker engine is local, else docker exec), socket, or exec [CWS_AGENT_TRANSPORT]")
 	f.StringVar(&c.AgentSocketDir, "agent-socket-dir", envDefault(getenv, "CWS_AGENT_SOCKET_DIR", docker.DefaultSocketDir), "host directory of the agents' sockets (absolute); when cws runs in a container, mount it at the same path [CWS_AGENT_SOCKET_DIR]")
+	f.StringArrayVar(&c.Pool, "pool", envList(getenv, "CWS_POOL"), "warm pool: keep N started, agent-ready containers of IMAGE for new sessions, as IMAGE=N; repeatable (default: none; with --dev, 2 of --default-image; IMAGE=0 turns one off) [CWS_POOL, comma-separated]")
+	f.IntVar(&c.PoolMax, "pool-max", envInt(getenv, "CWS_POOL_MAX", 0), "most pooled containers over all images (0: the sum of --pool) [CWS_POOL_MAX]")
+	f.StringVar(&c.PoolOwner, "pool-owner", getenv("CWS_POOL_OWNER"), "this replica's name on its pooled containers; replicas sharing an engine need distinct ones, and a stable one lets a restart adopt its pool (default: the host name) [CWS_POOL_OWNER]")
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 }
 
@@ -93,7 +102,61 @@ func (c *Config) validate() error {
 	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
 		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")
 	}
+	return c.parsePools()
+}
+
+// devPoolSize is the pool of the default image that --dev keeps unless --pool says.
+const devPoolSize = 2
+
+// parsePools turns --pool IMAGE=N into pool sizes; --dev adds one for the default
+// image unless --pool names it.
+func (c *Config) parsePools() error {
+	named := map[string]bool{}
+	c.pools = nil
+	for _, p := range c.Pool {
+		i := strings.LastIndex(p, "=")
+		if i <= 0 {
+			return fmt.Errorf("--pool %q: want IMAGE=N, e.g. %s=4", p, version.WorkspaceImage)
+		}
+		n, err := strconv.Atoi(p[i+1:])
+		if err != nil || n < 0 {
+			return fmt.Errorf("--pool %q: N must be a whole number, 0 or more", p)
+		}
+		named[p[:i]] = true
+		if n > 0 {
+			c.pools = append(c.pools, docker.PoolSize{Image: p[:i], Size: n})
+		}
+	}
+	if c.Dev && c.TenantsFile == "" && !named[c.DefaultImage] {
+		c.pools = append(c.pools, docker.PoolSize{Image: c.DefaultImage, Size: devPoolSize})
+	}
+	if c.PoolMax < 0 {
+		return fmt.Errorf("--pool-max must be 0 (the sum of the pools) or more")
+	}
 	return nil
+}
+
+// envList reads a comma-separated list from key.
+func envList(getenv func(string) string, key string) []string {
+	v := getenv(key)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// envInt reads an integer from key, or def when unset. A malformed value yields -1,
+// which validate refuses.
+func envInt(getenv func(string) string, key string, def int) int {
+	v := getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // envDuration reads a duration from key, or def when unset. A malformed value yields

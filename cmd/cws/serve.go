@@ -108,8 +108,14 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 	})
 
+	var images []string
+	for _, p := range cfg.pools {
+		images = append(images, p.Image)
+	}
+	poolMetrics := metrics.NewPool(reg, images, docker.MissReasons)
 	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance,
-		Transport: cfg.AgentTransport, SocketDir: cfg.AgentSocketDir})
+		Transport: cfg.AgentTransport, SocketDir: cfg.AgentSocketDir,
+		Pool: cfg.pools, PoolMax: cfg.PoolMax, PoolOwner: cfg.PoolOwner, PoolObserver: poolMetrics})
 	if err != nil {
 		return err
 	}
@@ -150,6 +156,10 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaper()
 	go svc.RunReaper(reapCtx, cfg.ReapEvery)
+	go driver.RunPool(reapCtx)
+	if len(cfg.pools) > 0 {
+		log.Info("warm pool", "pools", cfg.pools, "max", cfg.PoolMax)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

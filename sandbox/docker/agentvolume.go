@@ -20,7 +20,8 @@ import (
 )
 
 // ensureAgentVolume makes sure the agent volume exists and holds this driver's agent
-// binary. It does the work once per Driver; concurrent callers wait for the first.
+// binary. It does the work once per Driver; concurrent callers wait for the first, and
+// later ones return at once.
 //
 // The volume is filled through a throwaway container of image (the session's image, so
 // no other image is needed): created, never started, with the volume mounted rw at
@@ -30,19 +31,22 @@ import (
 // Two cws replicas may race on a fresh volume; they write identical bytes. The only
 // window is a session started by one replica while the other rewrites the file.
 func (d *Driver) ensureAgentVolume(ctx context.Context, image string) error {
+	if d.agentReady.Load() {
+		return nil
+	}
 	select {
 	case d.agentSem <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("agent volume %s: %w", d.agentVolume, ctx.Err())
 	}
 	defer func() { <-d.agentSem }()
-	if d.agentReady {
+	if d.agentReady.Load() {
 		return nil
 	}
 	if err := d.fillAgentVolume(ctx, image); err != nil {
 		return fmt.Errorf("agent volume %s: %w", d.agentVolume, err)
 	}
-	d.agentReady = true
+	d.agentReady.Store(true)
 	return nil
 }
 

@@ -13,13 +13,17 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 )
 
-// Create makes the session's workspace volume and hardened container and starts it.
+// Create makes the session's workspace volume and hardened container and starts it,
+// or takes a started one from the warm pool when one fits (pool.go, bind.go).
 // It returns once the container runs; it does not wait for the agent inside (the agent
 // client pings with retry). If a step after the volume fails, Create removes what it
 // made. A session whose container or volume already exists is ErrExists.
 func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
 	if err := validate(spec); err != nil {
 		return sandbox.Info{}, err
+	}
+	if info, ok, err := d.fromPool(ctx, spec); ok {
+		return info, err
 	}
 	log := d.log.With("session", spec.Session, "tenant", spec.Tenant, "image", spec.Image)
 	if err := d.ensureAgentVolume(ctx, spec.Image); err != nil {

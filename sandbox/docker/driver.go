@@ -3,8 +3,10 @@
 // cws-agent into any image through a read-only, content-addressed agent volume.
 //
 // Everything the driver owns carries the sandbox.Label* labels, so a restarted cws can
-// find it again with List. The driver keeps no state besides the Docker client and
-// whether the agent volume is known to be ready.
+// find it again with List. The driver keeps no state besides the Docker client, whether
+// the agent volume is known to be ready, and its warm pool (pool.go): started,
+// agent-ready containers that Create binds to a session by name and bind record
+// (bind.go), both on the engine, so that they too are found again after a restart.
 package docker
 
 import (
@@ -17,6 +19,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -73,6 +77,28 @@ type Config struct {
 	// same path in cws's container. cws makes it mode 0700. Empty means
 	// DefaultSocketDir (/var/run/cws/agent).
 	SocketDir string
+	// Pool asks for warm pools (pool.go): per image, how many started, agent-ready
+	// containers to keep for Create to take. Empty means no pool: every create is cold.
+	// RunPool fills them.
+	Pool []PoolSize
+	// PoolMax caps the pooled containers (ready and being made) over all images. Zero
+	// means the sum of Pool's sizes.
+	PoolMax int
+	// PoolFillers is how many pooled containers are made at once. Zero means
+	// DefaultPoolFillers (2).
+	PoolFillers int
+	// PoolOwner names this driver on its pooled containers (label cws.pool.owner): only
+	// the driver of that owner hands them out or adopts them, so that replicas sharing
+	// an engine never hand out one container twice. Replicas need distinct owners; a
+	// restarted process keeps its own to adopt its pool. Empty means the host name.
+	PoolOwner string
+	// PoolMaxAge is how long a pooled container may wait for a session: older ones are
+	// never handed out but replaced. Another owner's unbound pooled containers older
+	// than twice this are removed (their replica is gone, or will not hand them out any
+	// more). Zero means DefaultPoolMaxAge (1 h).
+	PoolMaxAge time.Duration
+	// PoolObserver receives the pool's measures. Nil measures nothing.
+	PoolObserver PoolObserver
 }
 
 // DefaultInstance is the cws.instance of a driver whose Config names none.
@@ -96,9 +122,14 @@ type Driver struct {
 	agentSize   int64
 	agentVolume string // cws-agent-<version>-<12 hex>
 
-	// agentSem serializes populating the agent volume; agentReady is guarded by it.
+	// agentSem serializes populating the agent volume; agentReady is set, under it,
+	// once the volume is known to be ready, and read without it (the creates that
+	// follow never queue on agentSem).
 	agentSem   chan struct{}
-	agentReady bool
+	agentReady atomic.Bool
+
+	pool    *pool    // the warm pool; empty when none is configured
+	streams sync.Map // container id → io.ReadWriteCloser pre-opened while pooled (pool.go)
 }
 
 // New returns a Driver that talks to the Docker engine named by the environment
@@ -124,6 +155,9 @@ func New(cfg Config) (*Driver, error) {
 	if stop <= 0 {
 		stop = DefaultStopTimeout
 	}
+	if cfg.PoolOwner == "" {
+		cfg.PoolOwner, _ = os.Hostname()
+	}
 	d := &Driver{
 		cli:         cli,
 		log:         log.With("component", "sandbox/docker"),
@@ -136,6 +170,7 @@ func New(cfg Config) (*Driver, error) {
 		agentSem:    make(chan struct{}, 1),
 		instance:    cmp.Or(cfg.Instance, DefaultInstance),
 		socketDir:   filepath.Clean(cmp.Or(cfg.SocketDir, DefaultSocketDir)),
+		pool:        newPool(cfg),
 	}
 	if err := d.chooseTransport(cfg.Transport, cli.DaemonHost()); err != nil {
 		cli.Close()

@@ -11,7 +11,8 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 )
 
-// Inspect reports one sandbox by container id or name. A missing container is ErrNotFound.
+// Inspect reports one sandbox by container id or name. A missing container, or a
+// pooled one not bound to a session, is ErrNotFound.
 func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
@@ -20,8 +21,18 @@ func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
 	if !managed(c) {
 		return sandbox.Info{}, fmt.Errorf("inspect sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
 	}
+	var binds map[string]map[string]string
+	if c.Config.Labels[LabelPool] != "" {
+		if binds, err = d.bindings(ctx, map[string]string{LabelBind: c.ID}); err != nil {
+			return sandbox.Info{}, fmt.Errorf("inspect sandbox %s: %w", id, err)
+		}
+	}
+	lbl, ok := sessionLabels(c.ID, c.Name, c.Config.Labels, binds)
+	if !ok {
+		return sandbox.Info{}, fmt.Errorf("inspect sandbox %s: %w: a pooled container bound to no session", id, ErrNotFound)
+	}
 	running := c.State != nil && c.State.Running
-	info := infoFrom(c.ID, c.Config.Labels, running)
+	info := infoFrom(c.ID, lbl, running)
 	if v := workspaceVolume(c.Mounts); v != "" {
 		info.Volume = v
 	}

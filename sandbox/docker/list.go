@@ -14,19 +14,36 @@ import (
 
 // List reports every sandbox container (running or not) that carries cws.managed=true
 // and all of the given labels, sorted by session. It is how cws finds what it owns
-// after a restart.
+// after a restart. A pooled container is reported once it is bound to a session, with
+// its bind record's labels (bind.go), and never before.
 func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error) {
 	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"), filters.Arg("label", sandbox.LabelInstance+"="+d.instance))
 	for k, v := range labels {
-		f.Add("label", k+"="+v)
+		if !bindKey(k) {
+			f.Add("label", k+"="+v)
+		}
 	}
 	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
+	var binds map[string]map[string]string
+	if slices.ContainsFunc(cs, func(c container.Summary) bool { return c.Labels[LabelPool] != "" }) {
+		if binds, err = d.bindings(ctx, labels); err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+	}
 	out := make([]sandbox.Info, 0, len(cs))
 	for _, c := range cs {
-		info := infoFrom(c.ID, c.Labels, c.State == container.StateRunning)
+		name := ""
+		if len(c.Names) > 0 {
+			name = c.Names[0]
+		}
+		lbl, ok := sessionLabels(c.ID, name, c.Labels, binds)
+		if !ok || !matches(lbl, labels) {
+			continue
+		}
+		info := infoFrom(c.ID, lbl, c.State == container.StateRunning)
 		if v := workspaceVolume(c.Mounts); v != "" {
 			info.Volume = v
 		}
@@ -37,4 +54,14 @@ func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.
 		return strings.Compare(a.Session, b.Session)
 	})
 	return out, nil
+}
+
+// matches reports whether labels carries every label of want.
+func matches(labels, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

@@ -16,12 +16,14 @@ import (
 // directory. It is idempotent: a sandbox that is already gone is success.
 //
 // The volume is found from the container (its /workspace mount, else its session
-// label). A volume whose container is already gone is left for reconciliation.
+// label). A volume whose container is already gone is left for reconciliation. A
+// pooled container's bind record (bind.go) goes after the container.
 //
 // The container is marked first (renamed to cws-deleted-<id>), so that a removal cut
 // short by a crash or an engine error can never be taken for a live session and
 // re-adopted: List reports it Deleted, and the next reconcile finishes the job.
 func (d *Driver) Remove(ctx context.Context, id string) error {
+	d.dropStream(id)
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return nil
@@ -32,6 +34,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	if !managed(c) {
 		return fmt.Errorf("remove sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
 	}
+	d.dropStream(c.ID)
 	vol := workspaceVolume(c.Mounts)
 	if vol == "" && c.Config != nil {
 		if s := c.Config.Labels[sandbox.LabelSession]; s != "" {
@@ -60,6 +63,11 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	}
 	if c.Config != nil {
 		d.removeSocketDir(c.Config.Labels[sandbox.LabelSocketDir])
+	}
+	if c.Config != nil && c.Config.Labels[LabelPool] != "" {
+		if err := d.removeBindings(ctx, c.ID); err != nil {
+			return fmt.Errorf("remove sandbox %s: %w", id, err)
+		}
 	}
 	if vol != "" {
 		var err error
