@@ -3,6 +3,8 @@ package server
 import (
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,9 +39,31 @@ func newIdleRelease(after time.Duration) *idleRelease {
 	return &idleRelease{after: after, release: freeMemory}
 }
 
+// smallHeap is the heap below which freeMemory does nothing: the first collection
+// touches about 1 MiB of the runtime's own metadata, more than it would give back.
+const smallHeap = 2 << 20
+
+// heapSamples are the runtime/metrics of the heap's memory not yet given back.
+var heapSamples = []metrics.Sample{
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/memory/classes/heap/unused:bytes"},
+	{Name: "/memory/classes/heap/free:bytes"},
+}
+
 // freeMemory collects twice, so that what sync.Pools held (the search buffers) is
-// freed too, and returns the freed memory to the OS.
+// freed too, and returns the freed memory to the OS. A small heap is left alone.
 func freeMemory() {
+	samples := slices.Clone(heapSamples)
+	metrics.Read(samples)
+	var held uint64
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			held += s.Value.Uint64()
+		}
+	}
+	if held < smallHeap {
+		return
+	}
 	runtime.GC()
 	debug.FreeOSMemory()
 }
