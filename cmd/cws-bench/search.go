@@ -44,7 +44,8 @@ var searchTrees = []struct {
 const smallFiles = 2000
 
 // searchKinds are the searches compared, with the rg flags that mean the same thing
-// (hidden files searched, .git and .gitignore'd paths skipped, one match per line).
+// (hidden files searched, .git and .gitignore'd paths skipped even outside a git
+// repository, one match per line).
 var searchKinds = []struct {
 	name string
 	args agent.SearchArgs
@@ -75,7 +76,7 @@ func benchSearch(ctx context.Context, e *env) ([]bench.Row, error) {
 		for _, k := range searchKinds {
 			args := k.args
 			args.Path, args.Hidden, args.MaxResults = tr.dir, true, 100000
-			argv := append([]string{"rg", "-n", "--column", "--hidden", "-g", "!.git", "--no-messages"}, k.rg...)
+			argv := append([]string{"rg", "-n", "--column", "--hidden", "--no-require-git", "-g", "!.git", "--no-messages"}, k.rg...)
 			argv = append(argv, ".")
 			var agentHits, rgHits int
 			e.logf("agent search and rg %s%s ×%d, in turns…", k.name, tr.suffix, n)
