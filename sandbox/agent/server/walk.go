@@ -256,7 +256,7 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 		if len(j.rules) > 0 && j.rules.ignored(childReal, isDir) {
 			continue
 		}
-		if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
+		if a.Guard != nil && (a.Guard.Check(childRel) != nil || (childReal != childRel && a.Guard.Check(childReal) != nil)) {
 			continue
 		}
 		if isDir {
