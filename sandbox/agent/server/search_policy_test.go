@@ -129,3 +129,40 @@ func TestSearchPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestSearchAnswerFits: however many long lines match, the answer fits one frame, cut
+// and marked truncated, instead of failing the call.
+func TestSearchAnswerFits(t *testing.T) {
+	root := t.TempDir()
+	line := strings.Repeat("<needle> & ", 45) + "\n" // 495 bytes, escaped to ~1 KiB
+	if err := os.WriteFile(filepath.Join(root, "many.html"), []byte(strings.Repeat(line, 5000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(agent.SearchArgs{Query: "needle", MaxResults: 100000})
+	res, err := s.search(context.Background(), raw, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.(agent.SearchResult)
+	enc, _ := json.Marshal(r)
+	hdr, _ := json.Marshal(agent.Header{Done: true, Result: enc})
+	if len(hdr) > agent.MaxHeader {
+		t.Errorf("answer is %d bytes, a frame header holds %d", len(hdr), agent.MaxHeader)
+	}
+	if !r.Truncated || len(r.Matches) == 0 || len(r.Matches) == 5000 {
+		t.Errorf("truncated = %v with %d of 5000 matches, want a truncated, non-empty answer", r.Truncated, len(r.Matches))
+	}
+}
+
+func TestJSONLen(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote\back`, "tab\tnl\ncr\r", "\x00\x1f<>&", "é\u2028\u2029x", "bad\xff\xfeutf8", "日本語"} {
+		enc, _ := json.Marshal(s)
+		if got, want := jsonLen(s), len(enc)-2; got < want {
+			t.Errorf("jsonLen(%q) = %d, encoding/json makes %d", s, got, want)
+		}
+	}
+}
