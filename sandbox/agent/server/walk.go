@@ -12,35 +12,8 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
-	ignore "github.com/sabhiram/go-gitignore"
 	"golang.org/x/sys/unix"
 )
-
-// ignoreRules are the .gitignore files in force in one directory: its own and its
-// ancestors', each matching paths relative to the directory it sits in.
-type ignoreRules []ignoreFile
-
-type ignoreFile struct {
-	base string // workspace-relative directory of the .gitignore ("" for the root)
-	gi   *ignore.GitIgnore
-}
-
-func (r ignoreRules) ignored(rel string, isDir bool) bool {
-	ig := false
-	for _, f := range r {
-		p := rel
-		if f.base != "" {
-			p = strings.TrimPrefix(rel, f.base+"/")
-		}
-		if isDir {
-			p += "/"
-		}
-		if f.gi.MatchesPath(p) {
-			ig = true
-		}
-	}
-	return ig
-}
 
 func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
 	data, err := s.ws.root.ReadFile(path.Join(realDir, ".gitignore"))
@@ -71,15 +44,6 @@ func loadIgnoreAt(rules ignoreRules, dirfd int, realDir string) ignoreRules {
 		return rules
 	}
 	return addIgnore(rules, realDir, data)
-}
-
-func addIgnore(rules ignoreRules, realDir string, data []byte) ignoreRules {
-	base := realDir
-	if base == "." {
-		base = ""
-	}
-	gi := ignore.CompileIgnoreLines(strings.Split(string(data), "\n")...)
-	return append(rules[:len(rules):len(rules)], ignoreFile{base: base, gi: gi})
 }
 
 // dirQueue is an unbounded work queue that knows when all work is done.
