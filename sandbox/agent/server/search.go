@@ -423,7 +423,7 @@ func isASCII(s string) bool {
 // so offsets in dst are offsets in src.
 func lowerASCII(dst, src []byte) []byte {
 	if cap(dst) < len(src) {
-		dst = make([]byte, len(src), len(src)+len(src)/4)
+		dst = make([]byte, len(src), max(len(src), 2*cap(dst)))
 	}
 	dst = dst[:len(src)]
 	for i, c := range src {

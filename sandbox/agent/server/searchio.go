@@ -20,9 +20,10 @@ type searchWorker struct {
 	ents     []dirent // the directory being read
 }
 
-// keepBuffer is the largest file buffer a worker keeps between searches; a bigger one
-// (read for a big file) is dropped so that an idle agent does not hold it.
-const keepBuffer = 1 << 20
+// keepBuffer is the largest file buffer a worker keeps between searches, so that a
+// search of a tree with a few big files does not allocate (and zero) them again; a
+// bigger one is dropped. An idle agent gives the pool back (idle.go).
+const keepBuffer = 8 << 20
 
 // workers keeps searchWorkers between searches. The runtime empties a sync.Pool over two
 // garbage collections, so an idle agent gives the buffers back.
@@ -141,7 +142,8 @@ func (w *searchWorker) readFd(fd int, maxSize int64, noLinks bool) ([]byte, bool
 	}
 	size := int(st.Size)
 	if cap(w.buf) < size {
-		w.buf = make([]byte, size, size+size/4)
+		// Doubling: a walk meets bigger and bigger files, and each new buffer is zeroed.
+		w.buf = make([]byte, max(size, 2*cap(w.buf), 64<<10))
 	}
 	buf := w.buf[:size]
 	// Read what fstat announced; a file that grows meanwhile is searched as it was.
