@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -17,150 +21,190 @@ import (
 func init() {
 	sections = append(sections, section{
 		Name:  "density",
-		Order: 95,
-		Doc:   "memory of an idle session: the agent's RSS and the container's, and how many idle sessions fit",
+		Order: 60,
+		Doc:   "memory of an idle session: the agent's processes, the container, its containerd-shim; how many idle sessions this machine holds",
 		Run:   benchDensity,
 	})
 	goals = append(goals, goal{Figure: "agent idle RSS (init + serve)", Row: "agent idle RSS", MaxBytes: 15 << 20})
 }
 
-// idleWait is how long the session sits idle before it is measured.
+// idleWait is how long a session is left alone before it is measured: longer than the
+// agent's ReleaseIdle (2 s), so that it has given back what a burst left.
 const idleWait = 5 * time.Second
 
-// benchDensity creates a session, makes a few calls, leaves it idle, then reads the
-// agent processes' VmRSS from the host's /proc and the container's memory from its
-// cgroup. It needs cws-bench to run on the engine's host (as root).
+// The figures are read from the host's /proc (the bench runs beside the engine): RSS
+// counts the agent binary's pages, which every container shares from one file; private
+// memory is what one more session costs. The container's own figure is its cgroup's,
+// without the page cache, as docker stats shows it.
 func benchDensity(ctx context.Context, e *env) ([]bench.Row, error) {
 	b, err := e.newBox(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer e.remove(ctx, b)
-	for range 20 { // a few calls, as an agent's first moments would make
-		if _, err := b.Client.List(ctx, agent.ListArgs{Path: "."}); err != nil {
-			return nil, err
+	e.logf("idle session: waiting %s…", idleWait)
+	time.Sleep(idleWait)
+	rows, err := densityRows(ctx, b.ID, "idle session", true)
+	if err != nil {
+		return rows, err
+	}
+
+	// A burst: a 2,000-file upload and searches, then idle again.
+	src := filepath.Join(runtime.GOROOT(), "src")
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarDir(pw, src, smallFiles)) }()
+	if _, err := b.Client.TarIn(ctx, agent.TarInArgs{Path: "burst"}, pr); err != nil {
+		return rows, fmt.Errorf("upload: %w", err)
+	}
+	for range 10 {
+		if _, err := b.Client.Search(ctx, agent.SearchArgs{Query: "func", MaxResults: 5000}); err != nil {
+			return rows, err
 		}
 	}
-	e.logf("idle for %s…", idleWait)
-	select {
-	case <-time.After(idleWait):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	out, err := exec.CommandContext(ctx, "docker", "inspect", "-f", "{{.State.Pid}}", b.ID).Output()
+	e.logf("after a burst (upload, 10 searches): waiting %s…", idleWait)
+	time.Sleep(idleWait)
+	more, err := densityRows(ctx, b.ID, "idle after a burst", false)
+	return append(rows, more...), err
+}
+
+// densityRows measures the container id: one row per agent process, its shim, the
+// container, and with fits, the sessions the host's memory holds at that cost.
+func densityRows(ctx context.Context, id, when string, fits bool) ([]bench.Row, error) {
+	out, err := exec.CommandContext(ctx, "docker", "inspect", "-f", "{{.Id}}", id).Output()
 	if err != nil {
 		return nil, fmt.Errorf("docker inspect: %w", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	full := strings.TrimSpace(string(out))
+	out, err = exec.CommandContext(ctx, "docker", "top", id, "-eo", "pid,args").Output()
 	if err != nil {
-		return nil, fmt.Errorf("container pid %q: %w", out, err)
+		return nil, fmt.Errorf("docker top: %w", err)
 	}
-	var agentRSS int64
-	var procs []string
-	for _, p := range descendants(pid) {
-		comm, rss, args := procInfo(p)
-		if comm != "cws-agent" {
+	var rows []bench.Row
+	var private, agentRSS int64
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+		pid, args, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if !strings.Contains(args, "cws-agent") {
 			continue
 		}
-		role := strings.Fields(args + " ?")[1]
-		procs = append(procs, fmt.Sprintf("%s %.1f", role, float64(rss)/(1<<20)))
-		if role != "attach" { // the exec stream's bridge is not there on the socket path
-			agentRSS += rss
+		m, err := smaps(pid)
+		if err != nil {
+			rows = append(rows, bench.Row{Name: when + ": " + strings.TrimSpace(args), Note: err.Error()})
+			continue
 		}
-	}
-	if agentRSS == 0 {
-		return nil, fmt.Errorf("no cws-agent process under pid %d (cws-bench must run on the engine's host)", pid)
-	}
-	rows := []bench.Row{{Name: "agent idle RSS", N: 1, Bytes: agentRSS,
-		Note: fmt.Sprintf("VmRSS MiB: %s", strings.Join(procs, ", "))}}
-	if mem, ok := cgroupMemory(b.ID); ok {
-		total := memTotal()
-		note := "the container's cgroup memory"
-		if total > 0 {
-			note += fmt.Sprintf("; %d such idle sessions fit in this machine's %.0f GiB", total/mem, float64(total)/(1<<30))
+		private += m.private
+		if !strings.Contains(args, " attach") { // the exec stream's bridge; none on the socket path
+			agentRSS += m.rss
 		}
-		rows = append(rows, bench.Row{Name: "idle session memory", N: 1, Bytes: mem, Note: note})
+		rows = append(rows, bench.Row{Name: when + ": " + strings.TrimSpace(args), Note: m.String()})
+	}
+	if fits && agentRSS > 0 {
+		rows = append(rows, bench.Row{Name: "agent idle RSS", N: 1, Bytes: agentRSS, Note: "init + serve, idle, from the host's /proc"})
+	}
+	usage := "n/a"
+	if out, err := exec.CommandContext(ctx, "docker", "stats", "--no-stream", "--format", "{{.MemUsage}}", id).Output(); err == nil {
+		usage, _, _ = strings.Cut(strings.TrimSpace(string(out)), " /")
+	}
+	note := fmt.Sprintf("%s (agent processes: %s private)", usage, mib(private))
+	if !fits {
+		note += "; with the page cache of the files written, which the kernel reclaims"
+	}
+	rows = append(rows, bench.Row{Name: when + ": container (docker stats)", Note: note})
+	shim, err := shimOf(full)
+	if err != nil {
+		rows = append(rows, bench.Row{Name: when + ": containerd-shim", Note: err.Error()})
+		return rows, nil
+	}
+	m, err := smaps(shim)
+	if err != nil {
+		return rows, nil
+	}
+	rows = append(rows, bench.Row{Name: when + ": containerd-shim", Note: m.String()})
+	if total := memTotal(); total > 0 && fits {
+		per := parseMiB(usage) + m.private
+		if per > 0 {
+			rows = append(rows, bench.Row{Name: when + ": sessions this machine holds",
+				Note: fmt.Sprintf("%d (%s ÷ (container %s + shim %s); dockerd's share not counted)", total/per, mib(total), usage, mib(m.private))})
+		}
 	}
 	return rows, nil
 }
 
-// descendants lists pid and every process below it.
-func descendants(pid int) []int {
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
-		for _, t := range tasks {
-			b, _ := os.ReadFile(t)
-			for _, f := range strings.Fields(string(b)) {
-				if c, err := strconv.Atoi(f); err == nil {
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	return out
+// procMem is a process's memory from /proc/<pid>/smaps_rollup, in bytes.
+type procMem struct{ rss, pss, private int64 }
+
+func (m procMem) String() string {
+	return fmt.Sprintf("RSS %s, PSS %s, private %s", mib(m.rss), mib(m.pss), mib(m.private))
 }
 
-// procInfo reads a process's command name, resident set (bytes) and command line.
-func procInfo(pid int) (comm string, rss int64, args string) {
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(status), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		switch k {
-		case "Name":
-			comm = strings.TrimSpace(v)
-		case "VmRSS":
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			rss = kb << 10
-		}
+func smaps(pid string) (procMem, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+	if err != nil {
+		return procMem{}, fmt.Errorf("not readable from this host (%v)", err)
 	}
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return comm, rss, strings.Join(strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"), " ")
-}
-
-// cgroupMemory reads the container's memory use from its cgroup (v2 or v1, cgroupfs or
-// systemd driver), without the page cache of files it read where the cgroup says.
-func cgroupMemory(id string) (int64, bool) {
-	for _, p := range []string{
-		"/sys/fs/cgroup/system.slice/docker-" + id + ".scope/memory.current",
-		"/sys/fs/cgroup/docker/" + id + "/memory.current",
-		"/sys/fs/cgroup/memory/docker/" + id + "/memory.usage_in_bytes",
-		"/sys/fs/cgroup/memory/system.slice/docker-" + id + ".scope/memory.usage_in_bytes",
-	} {
-		b, err := os.ReadFile(p)
-		if err != nil {
+	var m procMem
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
 			continue
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil || n <= 0 {
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			m.rss = kb << 10
+		case "Pss:":
+			m.pss = kb << 10
+		case "Private_Clean:", "Private_Dirty:":
+			m.private += kb << 10
+		}
+	}
+	return m, nil
+}
+
+// shimOf finds the containerd-shim serving container full (by its -id argument).
+func shimOf(full string) (string, error) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmdline, []byte("containerd-shim")) {
 			continue
 		}
-		return n - inactiveFile(filepath.Dir(p)), true
-	}
-	return 0, false
-}
-
-// inactiveFile is the reclaimable page cache docker stats also leaves out.
-func inactiveFile(dir string) int64 {
-	b, _ := os.ReadFile(filepath.Join(dir, "memory.stat"))
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		if k == "inactive_file" || k == "total_inactive_file" {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+		if bytes.Contains(cmdline, []byte("\x00-id\x00"+full+"\x00")) {
+			return d.Name(), nil
 		}
 	}
-	return 0
+	return "", fmt.Errorf("not found in this host's /proc")
 }
 
-// memTotal is the machine's memory in bytes, 0 if unknown.
 func memTotal() int64 {
-	b, _ := os.ReadFile("/proc/meminfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}
 	}
 	return 0
 }
+
+// parseMiB reads docker stats' "4.7MiB" (or KiB, GiB) as bytes; 0 if it cannot.
+func parseMiB(s string) int64 {
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0
+			}
+			return int64(f * u.mult)
+		}
+	}
+	return 0
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -111,7 +111,52 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 		res.Truncated = true
 		res.Matches = res.Matches[:min(len(res.Matches), a.MaxResults)]
 	}
+	if n := fitAnswer(res.Matches); n < len(res.Matches) {
+		res.Truncated = true
+		res.Matches = res.Matches[:n]
+	}
 	return res, nil
+}
+
+// answerBudget is how many bytes of matches an answer carries: the answer travels in
+// one frame header (agent.MaxHeader), so more would fail the whole call.
+const answerBudget = agent.MaxHeader - 64<<10
+
+// fitAnswer returns how many of ms fit answerBudget once encoded as JSON.
+func fitAnswer(ms []agent.Match) int {
+	total := 0
+	for i, m := range ms {
+		// {"path":"","line":,"column":,"text":""}, with room for the numbers.
+		total += 64 + jsonLen(m.Path) + jsonLen(m.Text)
+		if total > answerBudget {
+			return i
+		}
+	}
+	return len(ms)
+}
+
+// jsonLen is the length of s encoded as a JSON string by encoding/json, without the
+// quotes: control characters, <, > and & become \u00XX, and U+2028 and U+2029 \u2028.
+func jsonLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n++
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 5
+		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
+			n += 3 // 3 bytes become 6
+		}
+	}
+	if !utf8.ValidString(s) { // an invalid byte becomes \ufffd, 6 bytes for 1
+		for i := 0; i < len(s); i++ {
+			if s[i] >= utf8.RuneSelf {
+				n += 5
+			}
+		}
+	}
+	return n
 }
 
 // scanFile finds matches in hay (the file, or its lowered copy) and reports lines of buf.
@@ -378,7 +423,7 @@ func isASCII(s string) bool {
 // so offsets in dst are offsets in src.
 func lowerASCII(dst, src []byte) []byte {
 	if cap(dst) < len(src) {
-		dst = make([]byte, len(src), len(src)+len(src)/4)
+		dst = make([]byte, len(src), max(len(src), 2*cap(dst)))
 	}
 	dst = dst[:len(src)]
 	for i, c := range src {

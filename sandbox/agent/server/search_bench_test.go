@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
 )
 
 // BenchmarkSearchGoSrc searches the Go toolchain's source tree (a real 150 MB tree).
@@ -27,6 +28,8 @@ func BenchmarkSearchGoSrc(b *testing.B) {
 		{"literal", agent.SearchArgs{Query: "func main(", CaseSensitive: true, MaxResults: 100000, Hidden: true}},
 		{"literal-i", agent.SearchArgs{Query: "func main(", MaxResults: 100000, Hidden: true}},
 		{"regex", agent.SearchArgs{Query: `func [A-Z][a-z]+Error\(`, Regex: true, CaseSensitive: true, MaxResults: 100000, Hidden: true}},
+		{"literal-guarded", agent.SearchArgs{Query: "func main(", CaseSensitive: true, MaxResults: 100000, Hidden: true,
+			Guard: &guard.Guard{Deny: []string{"**/.env", "**/*.pem", "secrets/**", ".ssh", "**/id_rsa*"}, Protect: []string{".cws-policy.json"}}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			raw, _ := json.Marshal(tc.args)

@@ -41,6 +41,9 @@ type Config struct {
 	Launcher string
 	// LSPIdle stops a language server unused this long; 0 means 10 minutes, negative never.
 	LSPIdle time.Duration
+	// ReleaseIdle gives freed memory back to the OS once no call has run for this long
+	// (idle.go); 0 means 2 seconds, negative never.
+	ReleaseIdle time.Duration
 }
 
 // Server serves agent operations. One Server owns the background processes, so they
@@ -56,6 +59,7 @@ type Server struct {
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
 	lsp      lspHost // the language servers (lsp.go)
+	idle     *idleRelease
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
@@ -78,6 +82,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
+	s.idle = newIdleRelease(cfg.ReleaseIdle)
 	if cfg.Launcher != "" {
 		s.landlock = launch.ABI()
 	}
@@ -177,6 +182,7 @@ func (s *Server) Close() {
 
 // serveStream handles one call: request frame, events, done frame.
 func (s *Server) serveStream(st *yamux.Stream) {
+	defer s.idle.busy()()
 	defer st.Close()
 	h, body, err := agent.ReadFrame(st)
 	if err != nil {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
@@ -13,36 +12,8 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
-	"github.com/cwsdev/cws/sandbox/agent/guard"
-	ignore "github.com/sabhiram/go-gitignore"
 	"golang.org/x/sys/unix"
 )
-
-// ignoreRules are the .gitignore files in force in one directory: its own and its
-// ancestors', each matching paths relative to the directory it sits in.
-type ignoreRules []ignoreFile
-
-type ignoreFile struct {
-	base string // workspace-relative directory of the .gitignore ("" for the root)
-	gi   *ignore.GitIgnore
-}
-
-func (r ignoreRules) ignored(rel string, isDir bool) bool {
-	ig := false
-	for _, f := range r {
-		p := rel
-		if f.base != "" {
-			p = strings.TrimPrefix(rel, f.base+"/")
-		}
-		if isDir {
-			p += "/"
-		}
-		if f.gi.MatchesPath(p) {
-			ig = true
-		}
-	}
-	return ig
-}
 
 func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
 	data, err := s.ws.root.ReadFile(path.Join(realDir, ".gitignore"))
@@ -52,22 +23,17 @@ func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
 	return addIgnore(rules, realDir, data)
 }
 
-// dirJob is one directory to search. dir is already open (openat from its parent, not
-// following symlinks); the job's worker closes it.
+// dirJob is one directory to search. dir is its descriptor, already open (openat from
+// its parent, not following symlinks); the job's worker closes it.
 type dirJob struct {
 	real, rel string
 	rules     ignoreRules
-	dir       *os.File
+	dir       int
 }
 
-// searchWorker holds one worker's reusable buffers.
-type searchWorker struct {
-	buf, low []byte
-}
-
-// loadIgnore adds the .gitignore in an open directory to rules.
-func loadIgnoreAt(rules ignoreRules, d *os.File, realDir string) ignoreRules {
-	fd, err := unix.Openat(int(d.Fd()), ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// loadIgnoreAt adds the .gitignore in the open directory dirfd to rules.
+func loadIgnoreAt(rules ignoreRules, dirfd int, realDir string) ignoreRules {
+	fd, err := unix.Openat(dirfd, ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return rules
 	}
@@ -78,15 +44,6 @@ func loadIgnoreAt(rules ignoreRules, d *os.File, realDir string) ignoreRules {
 		return rules
 	}
 	return addIgnore(rules, realDir, data)
-}
-
-func addIgnore(rules ignoreRules, realDir string, data []byte) ignoreRules {
-	base := realDir
-	if base == "." {
-		base = ""
-	}
-	gi := ignore.CompileIgnoreLines(strings.Split(string(data), "\n")...)
-	return append(rules[:len(rules):len(rules)], ignoreFile{base: base, gi: gi})
 }
 
 // dirQueue is an unbounded work queue that knows when all work is done.
@@ -133,8 +90,9 @@ func (q *dirQueue) done() {
 // walkSearch calls visit for every regular file beneath t that a search should read:
 // never .git, symlinks are not followed, .gitignore'd and guard-denied paths are
 // skipped, dot-files only with a.Hidden, only files matching a.Globs when set, binaries
-// (a NUL byte in the first 8 KiB) and files over a.MaxFileSize skipped. It returns how
-// many files were searched.
+// (a NUL byte in the first 8 KiB) and files over a.MaxFileSize skipped, and where the
+// guard denies anything, files with more than one link (see checkLinks). Workers run
+// on every core, one directory at a time. It returns how many files were searched.
 func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, visit func(w *searchWorker, rel string, buf []byte)) (int, error) {
 	// Opened without following links: what is searched is the path that was checked.
 	top, err := s.ws.openReal(t.real, unix.O_RDONLY|unix.O_NONBLOCK, 0)
@@ -154,12 +112,18 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 		if err := checkLinks(top, a.Guard, t.rel); err != nil {
 			return 0, err
 		}
-		w := &searchWorker{}
-		if buf, ok := readAll(top, a.MaxFileSize, w.buf); ok {
+		w := getWorker()
+		defer putWorker(w)
+		if buf, ok := w.readFd(int(top.Fd()), a.MaxFileSize, false); ok {
 			visit(w, t.rel, buf)
 			return 1, nil
 		}
 		return 0, nil
+	}
+	topfd, err := unix.Dup(int(top.Fd()))
+	top.Close()
+	if err != nil {
+		return 0, err
 	}
 	var rules ignoreRules
 	if !a.NoIgnore && t.real != "." {
@@ -175,7 +139,7 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 	}
 	q := &dirQueue{}
 	q.cond = sync.NewCond(&q.mu)
-	q.push(dirJob{real: t.real, rel: t.rel, rules: rules, dir: top})
+	q.push(dirJob{real: t.real, rel: t.rel, rules: rules, dir: topfd})
 	var scanned atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
@@ -184,7 +148,8 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &searchWorker{}
+			w := getWorker()
+			defer putWorker(w)
 			for {
 				j, ok := q.pop()
 				if !ok {
@@ -197,7 +162,7 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 						errOnce.Do(func() { firstErr = err })
 					}
 				}
-				j.dir.Close()
+				unix.Close(j.dir)
 				q.done()
 			}
 		}()
@@ -209,48 +174,59 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 	return int(scanned.Load()), firstErr
 }
 
+// joinRel is path.Join for a clean directory and one entry name, without the Clean.
+func joinRel(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
+}
+
 // searchDir reads one directory, queues its subdirectories and searches its files.
 func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q *dirQueue, w *searchWorker, visit func(*searchWorker, string, []byte)) (int, error) {
-	d := j.dir
-	ents, err := d.ReadDir(-1)
-	if err != nil {
+	if err := w.readDirents(j.dir); err != nil {
 		return 0, nil // unreadable directories are skipped, as grep -r does
 	}
 	if !a.NoIgnore {
-		for _, e := range ents {
-			if e.Name() == ".gitignore" && e.Type().IsRegular() {
-				j.rules = loadIgnoreAt(j.rules, d, j.real)
+		for _, e := range w.ents {
+			if e.name == ".gitignore" && e.typ == unix.DT_REG {
+				j.rules = loadIgnoreAt(j.rules, j.dir, j.real)
 				break
 			}
 		}
 	}
+	noLinks := denies(a.Guard)
 	n := 0
-	for _, e := range ents {
+	for _, e := range w.ents {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
 		}
-		name := e.Name()
+		name := e.name
 		if name == ".git" || (!a.Hidden && strings.HasPrefix(name, ".")) {
 			continue
 		}
-		typ := e.Type()
-		if !typ.IsDir() && !typ.IsRegular() { // symlinks, devices, sockets
+		isDir := e.typ == unix.DT_DIR
+		if !isDir && e.typ != unix.DT_REG { // symlinks, devices, sockets
 			continue
 		}
-		childReal, childRel := path.Join(j.real, name), path.Join(j.rel, name)
+		childRel := joinRel(j.rel, name)
+		childReal := childRel
+		if j.real != j.rel {
+			childReal = joinRel(j.real, name)
+		}
 		if isStaging(childReal) {
 			continue // an upload in progress
 		}
-		if len(j.rules) > 0 && j.rules.ignored(childReal, typ.IsDir()) {
+		if len(j.rules) > 0 && j.rules.ignored(childReal, isDir) {
 			continue
 		}
-		if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
+		if a.Guard != nil && (a.Guard.Check(childRel) != nil || (childReal != childRel && a.Guard.Check(childReal) != nil)) {
 			continue
 		}
-		if typ.IsDir() {
-			fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if isDir {
+			fd, err := unix.Openat(j.dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err == nil {
-				q.push(dirJob{real: childReal, rel: childRel, rules: j.rules, dir: os.NewFile(uintptr(fd), childReal)})
+				q.push(dirJob{real: childReal, rel: childRel, rules: j.rules, dir: fd})
 			}
 			continue
 		}
@@ -258,19 +234,9 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 			continue
 		}
 		// One path component, relative to a directory opened through the root, without
-		// following a symlink: nothing can lead outside the workspace.
-		fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue
-		}
-		if hardLinked(fd, a.Guard) {
-			unix.Close(fd)
-			continue // maybe a denied file under another name (see checkLinks)
-		}
-		f := os.NewFile(uintptr(fd), childReal)
-		buf, ok := readAll(f, a.MaxFileSize, w.buf)
-		f.Close()
-		w.buf = buf
+		// following a symlink: nothing can lead outside the workspace. A file with more
+		// than one link may be a denied file under another name (see checkLinks).
+		buf, ok := w.readFileAt(j.dir, name, a.MaxFileSize, noLinks)
 		if !ok {
 			continue
 		}
@@ -278,32 +244,6 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 		visit(w, childRel, buf)
 	}
 	return n, nil
-}
-
-// readAll reads a whole file into buf (reused), refusing files over maxSize (0: no
-// limit) and binaries.
-func readAll(f *os.File, maxSize int64, buf []byte) ([]byte, bool) {
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if maxSize > 0 && int64(len(buf)) > maxSize {
-			return buf, false
-		}
-		if err == io.EOF || (err == nil && n == 0) {
-			break
-		}
-		if err != nil {
-			return buf, false
-		}
-	}
-	if bytes.IndexByte(buf[:min(len(buf), binarySniff)], 0) >= 0 {
-		return buf, false
-	}
-	return buf, true
 }
 
 // matchAnySearch matches search globs against the path and, for bare patterns like
@@ -324,14 +264,4 @@ func matchAnySearch(globs []string, rel string) bool {
 		}
 	}
 	return false
-}
-
-// hardLinked reports whether the open file fd has more than one link while the guard
-// denies anything: search skips it, as the file tools refuse it.
-func hardLinked(fd int, g *guard.Guard) bool {
-	if !denies(g) {
-		return false
-	}
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) != nil || st.Nlink > 1
 }
