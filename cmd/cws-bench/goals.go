@@ -14,6 +14,7 @@ import (
 // beside its anchor: the same kind of work done the plain way, measured in the same run.
 // A goal whose row was not measured (its section was not run) is left out.
 type goal struct {
+	Order  int    // goals print in ascending Order, then as registered
 	Figure string // what is measured, as an operator would say it
 	Row    string // the row that measures it
 	Anchor string // the row it is compared with; "" for none
@@ -104,7 +105,9 @@ func writeGoals(w io.Writer, rows []bench.Row) (bool, error) {
 	b.WriteString("| figure | cws | anchor (same run) | cws vs anchor | goal | |\n")
 	b.WriteString("|---|---:|---|---|---|---|\n")
 	any := false
-	for _, g := range goals {
+	sorted := slices.Clone(goals)
+	slices.SortStableFunc(sorted, func(a, b goal) int { return a.Order - b.Order })
+	for _, g := range sorted {
 		r, ok := g.judge(rows)
 		if !ok {
 			continue

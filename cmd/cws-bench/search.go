@@ -27,6 +27,7 @@ func init() {
 		for _, k := range searchKinds {
 			name := k.name + tr.suffix
 			ratios = append(ratios, ratio{Num: "agent search " + name, Den: "rg " + name, Target: 1.0, AtMost: true})
+			goals = append(goals, goal{Order: 40, Figure: "searchFiles " + name, Row: "agent search " + name, Anchor: "rg " + name, Slower: 1})
 		}
 	}
 }
