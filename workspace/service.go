@@ -78,6 +78,13 @@ type Config struct {
 	PolicyTTL      time.Duration // how long a workspace .cws-policy.json is cached; zero means 1 s
 	Now            func() time.Time
 
+	// SessionCacheSize is how many session records each replica caches for tool calls
+	// (see sessionCache); zero means DefaultSessionCacheSize, negative turns it off.
+	SessionCacheSize int
+	// RenewFlush is how often the idle-TTL renewals of calls are written to the store,
+	// batched (see renewals); zero means DefaultRenewFlush.
+	RenewFlush time.Duration
+
 	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
 	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
 	// be provoked. Zero, always in production, means the session's volume.
@@ -102,10 +109,13 @@ type Service struct {
 	catalog *Catalog
 	audit   chan AuditRecord
 
+	sessions    *sessionCache // nil: off
+	renewals    *renewals
+	stopWatcher context.CancelFunc
+
 	mu       sync.Mutex
 	agents   map[string]*agent.Client // by sandbox id
 	policies map[string]cachedPolicy  // by session id
-	touched  map[string]time.Time     // by session id: last TouchSession written
 }
 
 type cachedPolicy struct {
@@ -137,21 +147,35 @@ func New(cfg Config) *Service {
 	if cfg.PolicyTTL == 0 {
 		cfg.PolicyTTL = time.Second
 	}
+	watcher, shared := watcherOf(cfg.Store)
+	cache := newSessionCache(cfg.SessionCacheSize, !shared)
+	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
-		catalog: NewCatalog(cfg.Tools...),
-		audit:   make(chan AuditRecord, 4096),
-		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
+		catalog:  NewCatalog(cfg.Tools...),
+		audit:    make(chan AuditRecord, 4096),
+		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {},
+		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{},
+	}
+	if shared && cache != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopWatcher = cancel
+		go watcher.WatchSessions(ctx, cache.forget, cache.setLive)
 	}
 	go s.auditLoop()
+	go s.renewLoop()
 	return s
 }
 
 // Catalog returns the tool catalogue.
 func (s *Service) Catalog() *Catalog { return s.catalog }
 
-// Close stops the audit writer after flushing what is queued and ends agent streams.
+// Close writes the pending renewals, stops the audit writer after flushing what is
+// queued, and ends agent streams.
 func (s *Service) Close() {
+	close(s.renewals.stop)
+	<-s.renewals.done
+	s.stopWatcher()
 	close(s.audit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
