@@ -2,12 +2,12 @@ package mcp_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +101,7 @@ func BenchmarkReadFile4K(b *testing.B) {
 			want := []byte("0123456789abcdef0123")
 			b.Run("mcp", func(b *testing.B) {
 				body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"readFile","arguments":{"path":"f4k"}}}`
+				defer reportCPU(b)()
 				for b.Loop() {
 					if out := s.post(b, client, "/mcp", body, "Mcp-Protocol-Version", "2025-06-18"); !bytes.Contains(out, want) {
 						b.Fatalf("unexpected answer %s", out)
@@ -108,6 +109,7 @@ func BenchmarkReadFile4K(b *testing.B) {
 				}
 			})
 			b.Run("rest", func(b *testing.B) {
+				defer reportCPU(b)()
 				for b.Loop() {
 					if out := s.post(b, client, "/v1/sessions/"+s.session+"/tools/readFile", `{"path":"f4k"}`); !bytes.Contains(out, want) {
 						b.Fatalf("unexpected answer %s", out)
@@ -116,5 +118,17 @@ func BenchmarkReadFile4K(b *testing.B) {
 			})
 		})
 	}
-	_ = context.Background
+}
+
+// reportCPU reports the process's CPU time (user and system) per op, client and
+// in-process agent included, as cpu-ns/op.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -5,10 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace"
 	"github.com/spf13/pflag"
 )
 
@@ -27,6 +30,10 @@ type Config struct {
 	ReapEvery    time.Duration // reaper and reconcile interval
 	DrainTimeout time.Duration // how long shutdown waits for in-flight requests (the grace period)
 	StoreTimeout time.Duration // deadline of each session-store operation
+
+	TokenCacheSize   int           // verified tokens remembered; 0 turns the cache off
+	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
+	RenewFlush       time.Duration // how often batched idle-TTL renewals are written
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -43,6 +50,31 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.DurationVar(&c.ReapEvery, "reap-every", time.Minute, "how often expired sessions and orphan containers are removed")
 	f.DurationVar(&c.DrainTimeout, "drain-timeout", envDuration(getenv, "CWS_DRAIN_TIMEOUT", 25*time.Second), "on SIGTERM, how long in-flight requests may finish (keep it below the pod's terminationGracePeriodSeconds) [CWS_DRAIN_TIMEOUT]")
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
+	f.IntVar(&c.TokenCacheSize, "token-cache-size", envInt(getenv, "CWS_TOKEN_CACHE_SIZE", auth.DefaultTokenCacheSize), "verified tokens remembered until their exp (at most 5 min); 0 verifies every request in full [CWS_TOKEN_CACHE_SIZE]")
+	f.IntVar(&c.SessionCacheSize, "session-cache-size", envInt(getenv, "CWS_SESSION_CACHE_SIZE", workspace.DefaultSessionCacheSize), "session records each replica caches for tool calls (kept exact through Redis pub/sub); 0 reads the store on every call [CWS_SESSION_CACHE_SIZE]")
+	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
+}
+
+// cacheSize maps a flag's size (0: off) to a package's (negative: off, 0: default).
+func cacheSize(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// envInt reads an integer from key, or def when unset. A malformed value yields -1,
+// which validate refuses.
+func envInt(getenv func(string) string, key string, def int) int {
+	v := getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // validate checks the configuration and fills derived defaults; errors say what to do.
@@ -75,8 +107,11 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
-	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
-		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")
+	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 || c.RenewFlush <= 0 {
+		return fmt.Errorf("--reap-every, --drain-timeout, --store-timeout and --renew-flush must be positive")
+	}
+	if c.TokenCacheSize < 0 || c.SessionCacheSize < 0 {
+		return fmt.Errorf("--token-cache-size and --session-cache-size must be 0 (off) or positive")
 	}
 	return nil
 }
