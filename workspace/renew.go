@@ -83,29 +83,39 @@ func (s *Service) renewLoop() {
 	}
 }
 
-// flushRenewals writes the pending renewals; a write that fails stays pending unless
-// a newer mark replaced it or the session is gone.
+// flushParallel is how many renewals a flush writes at once.
+const flushParallel = 16
+
+// flushRenewals writes the pending renewals, flushParallel at a time; a write that
+// fails stays pending unless a newer mark replaced it or the session is gone.
 func (s *Service) flushRenewals(ctx context.Context) {
 	r := s.renewals
 	r.mu.Lock()
 	marks := r.marks
 	r.marks = map[string]renewal{}
 	r.mu.Unlock()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, flushParallel)
 	for key, m := range marks {
-		err := s.cfg.Store.TouchSession(ctx, m.tenant, m.id, m.at)
-		if err == nil || errors.Is(err, ErrNotFound) {
-			continue
-		}
-		s.log.Warn("renew session", "session", m.id, "err", err)
-		r.mu.Lock()
-		if _, newer := r.marks[key]; !newer {
-			r.marks[key] = m
-		}
-		r.mu.Unlock()
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			err := s.cfg.Store.TouchSession(ctx, m.tenant, m.id, m.at)
+			if err == nil || errors.Is(err, ErrNotFound) {
+				return
+			}
+			s.log.Warn("renew session", "session", m.id, "err", err)
+			r.mu.Lock()
+			if _, newer := r.marks[key]; !newer {
+				r.marks[key] = m
+			}
+			r.mu.Unlock()
+		})
 	}
+	wg.Wait()
 }
 
-// forgetRenewal drops a deleted session's pending renewal.
+// forget drops a deleted session's pending renewal.
 func (r *renewals) forget(tenant, id string) {
 	r.mu.Lock()
 	delete(r.marks, cacheKey(tenant, id))
