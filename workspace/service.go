@@ -109,6 +109,7 @@ type Service struct {
 	catalog *Catalog
 	audit   chan AuditRecord
 
+	batcher     Store         // the Store as given: an AuditBatcher, maybe
 	sessions    *sessionCache // nil: off
 	renewals    *renewals
 	stopWatcher context.CancelFunc
@@ -147,6 +148,7 @@ func New(cfg Config) *Service {
 	if cfg.PolicyTTL == 0 {
 		cfg.PolicyTTL = time.Second
 	}
+	batcher := cfg.Store
 	watcher, shared := watcherOf(cfg.Store)
 	cache := newSessionCache(cfg.SessionCacheSize, !shared)
 	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache}
@@ -154,7 +156,7 @@ func New(cfg Config) *Service {
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
 		catalog:  NewCatalog(cfg.Tools...),
 		audit:    make(chan AuditRecord, 4096),
-		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {},
+		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
 		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{},
 	}
 	if shared && cache != nil {
@@ -228,11 +230,37 @@ func (s *Service) forgetAgent(sandboxID string) {
 	}
 }
 
+// auditBatch is the most audit records written in one round trip.
+const auditBatch = 256
+
+// auditLoop writes the audit records as they are queued; with an AuditBatcher store,
+// what has queued up while a write was in flight goes in one batch.
 func (s *Service) auditLoop() {
+	batcher, _ := s.batcher.(AuditBatcher)
+	batch := make([]AuditRecord, 0, auditBatch)
 	for r := range s.audit {
+		batch = append(batch[:0], r)
+	drain:
+		for batcher != nil && len(batch) < auditBatch {
+			select {
+			case r, ok := <-s.audit:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.cfg.Store.Audit(ctx, r); err != nil {
-			s.log.Warn("audit record lost", "err", err, "tool", r.Tool, "session", r.Session)
+		var err error
+		if len(batch) > 1 {
+			err = batcher.AuditBatch(ctx, batch)
+		} else {
+			err = s.cfg.Store.Audit(ctx, r)
+		}
+		if err != nil {
+			s.log.Warn("audit records lost", "err", err, "records", len(batch), "tool", r.Tool, "session", r.Session)
 		}
 		cancel()
 	}
