@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
@@ -92,7 +93,7 @@ func leanHeaders(r *http.Request) bool {
 	if len(r.Header.Values("Last-Event-ID")) > 0 {
 		return false
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" && !strings.HasPrefix(ct, "application/json;") {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return false
 	}
 	jsonOK, streamOK := false, false

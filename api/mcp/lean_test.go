@@ -166,6 +166,15 @@ func TestLeanMatchesSDK(t *testing.T) {
 		{"tools/list (SDK)", "/mcp", full, `{"jsonrpc":"2.0","id":21,"method":"tools/list"}`, nil, `readFile`},
 		{"notification (SDK)", "/mcp", full, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil, ""},
 		{"malformed (SDK)", "/mcp", full, `{"jsonrpc":"2.0","id":22,`, nil, ""},
+		{"charset (lean)", "/mcp", full, call("24", "readFile", `{"path":"f4k"}`), []string{"Content-Type", "application/json; charset=utf-8"}, `"result"`},
+		{"bad content type parameter (SDK)", "/mcp", full, call("25", "readFile", `{"path":"f4k"}`), []string{"Content-Type", "application/json; =x"}, ""},
+		{"accept */* (SDK)", "/mcp", full, call("26", "readFile", `{"path":"f4k"}`), []string{"Accept", "*/*"}, `"result"`},
+		{"session id header (lean)", "/mcp", full, call("27", "readFile", `{"path":"f4k"}`), []string{"Mcp-Session-Id", "abc"}, `"result"`},
+		{"last event id (SDK)", "/mcp", full, call("28", "readFile", `{"path":"f4k"}`), []string{"Last-Event-ID", "x_1"}, ""},
+		{"duplicate name (lean)", "/mcp", full, `{"jsonrpc":"2.0","id":29,"method":"tools/call","params":{"name":"listFiles","name":"readFile","arguments":{"path":"f4k"}}}`, nil, ""},
+		{"duplicate id (lean)", "/mcp", full, `{"jsonrpc":"2.0","id":30,"id":31,"method":"tools/call","params":{"name":"readFile","arguments":{"path":"f4k"}}}`, nil, ""},
+		{"null arguments (lean)", "/mcp", full, call("32", "readFile", `null`), nil, ""},
+		{"spaced arguments (lean)", "/mcp", full, call("33", "readFile", "{ \"path\" :\n \"f\\u0034k\" }"), nil, `0123`},
 		{"bad version (SDK)", "/mcp", full, call("23", "readFile", `{"path":"f4k"}`), []string{"Mcp-Protocol-Version", "1999-01-01"}, ""},
 	}
 	for _, tc := range cases {

@@ -52,8 +52,8 @@ type Handler struct {
 	sdkOnly bool
 	// leanServed counts the requests the lean path answered (tests).
 	leanServed atomic.Int64
-	servers sync.Map // serverKey → *server
-	http    http.Handler
+	servers    sync.Map // serverKey → *server
+	http       http.Handler
 }
 
 type serverKey struct{ tenant, toolsets string }
