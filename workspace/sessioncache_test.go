@@ -324,3 +324,63 @@ func TestRenewalsBatched(t *testing.T) {
 		t.Fatalf("after Close lastUsed = %v, want %v", got, used)
 	}
 }
+
+// failingTouches fails TouchSession while down is set.
+type failingTouches struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (f *failingTouches) TouchSession(ctx context.Context, tenant, id string, at time.Time) error {
+	if f.down.Load() {
+		return fmt.Errorf("%w: store down", workspace.ErrUnavailable)
+	}
+	return f.Store.TouchSession(ctx, tenant, id, at)
+}
+
+// TestRenewalRetried: a renewal whose write failed is written by the next flush.
+func TestRenewalRetried(t *testing.T) {
+	clock := &testClock{now: time.Now()}
+	st := &failingTouches{Store: memstore.New()}
+	tp, _ := policy.Parse([]byte(`{}`))
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Store: st, Sandboxes: sandboxtest.New(t), Tenants: tenants{testTenant: tp},
+		DefaultImage: "test-image", Now: clock.Now, DefaultIdleTTL: time.Hour, RenewFlush: time.Minute})
+	defer svc.Close()
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
+	sess, err := svc.CreateSession(t.Context(), caller, workspace.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * time.Minute)
+	used := clock.Now()
+	if _, err := svc.Call(t.Context(), caller, sess.ID, "listFiles", []byte(`{"path":"."}`), workspace.CallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	workspace.FlushRenewals(svc)
+	st.down.Store(false)
+	workspace.FlushRenewals(svc)
+	got, err := st.Store.GetSession(t.Context(), testTenant, sess.ID)
+	if err != nil || !got.LastUsed.Equal(used) {
+		t.Fatalf("lastUsed = %v (%v), want %v", got.LastUsed, err, used)
+	}
+}
+
+// TestSessionCacheOwnWrites: on one node (memstore, no announcements), the Service's
+// own writes reach its cache: a cached session deleted answers not found.
+func TestSessionCacheOwnWrites(t *testing.T) {
+	e := newTestEnv(t, "")
+	read := func() error {
+		_, err := e.svc.Call(t.Context(), e.caller, e.id, "listFiles", []byte(`{"path":"."}`), workspace.CallOptions{})
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.DeleteSession(t.Context(), e.caller, e.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("after delete: %v, want ErrNotFound", err)
+	}
+}
