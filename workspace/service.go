@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
@@ -114,9 +116,12 @@ type Service struct {
 	renewals    *renewals
 	stopWatcher context.CancelFunc
 
-	mu       sync.Mutex
-	agents   map[string]*agent.Client // by sandbox id
-	policies map[string]cachedPolicy  // by session id
+	policyReads singleflight.Group // by session id: one workspace policy read at a time
+
+	mu        sync.Mutex
+	agents    map[string]*agent.Client // by sandbox id
+	policies  map[string]cachedPolicy  // by session id
+	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 }
 
 type cachedPolicy struct {
