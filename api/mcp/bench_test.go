@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,12 +28,18 @@ import (
 )
 
 // benchServer is the real router over sandboxtest.Local (a real agent server in
-// process) and a store, with one session holding a 4 KiB file.
+// process) and a store, with sessions holding a 4 KiB file.
 type benchServer struct {
 	url, token, session string
+	tokens              []string // of sessions[i], for parallel runs
+	sessions            []string
 }
 
 func newBenchServer(b *testing.B, store workspace.Store) *benchServer {
+	return newBenchServerN(b, store, 1)
+}
+
+func newBenchServerN(b *testing.B, store workspace.Store, n int) *benchServer {
 	b.Helper()
 	tenants, _ := auth.NewDevTenants()
 	pols := policy.ByTenant{auth.DevTenantID: policy.Default()}
@@ -42,25 +50,35 @@ func newBenchServer(b *testing.B, store workspace.Store) *benchServer {
 	mh := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols})
 	hs := httptest.NewServer(api.New(api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: "http://cws.test"}))
 	b.Cleanup(hs.Close)
-	caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: "bench", Scopes: auth.AllScopes()}
-	sess, err := svc.CreateSession(b.Context(), caller, workspace.CreateRequest{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := &benchServer{url: hs.URL}
 	content := strings.Repeat("0123456789abcdef", 256)
-	if _, err := svc.Call(b.Context(), caller, sess.ID, "writeFile", []byte(`{"path":"f4k","contents":"`+content+`"}`), workspace.CallOptions{}); err != nil {
-		b.Fatal(err)
+	for i := range n {
+		sub := fmt.Sprint("bench-", i)
+		caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: sub, Scopes: auth.AllScopes()}
+		sess, err := svc.CreateSession(b.Context(), caller, workspace.CreateRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := svc.Call(b.Context(), caller, sess.ID, "writeFile", []byte(`{"path":"f4k","contents":"`+content+`"}`), workspace.CallOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		tok, err := tenants.Get(auth.DevTenantID).Mint(sub, time.Hour, sess.ID, nil, time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.tokens, s.sessions = append(s.tokens, tok), append(s.sessions, sess.ID)
 	}
-	tok, err := tenants.Get(auth.DevTenantID).Mint("bench", time.Hour, sess.ID, nil, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &benchServer{url: hs.URL, token: tok, session: sess.ID}
+	s.token, s.session = s.tokens[0], s.sessions[0]
+	return s
 }
 
 func (s *benchServer) post(b *testing.B, client *http.Client, path, body string, hdr ...string) []byte {
+	return s.postAs(b, client, s.token, path, body, hdr...)
+}
+
+func (s *benchServer) postAs(b *testing.B, client *http.Client, token, path, body string, hdr ...string) []byte {
 	req, _ := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -118,6 +136,36 @@ func BenchmarkReadFile4K(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkReadFile4KParallel is BenchmarkReadFile4K with 50 sessions calling at once
+// over MCP, each its own client: it reports calls/s through the whole of cws.
+//
+//	go test ./api/mcp -run '^$' -bench ReadFile4KParallel -benchtime 5000x
+func BenchmarkReadFile4KParallel(b *testing.B) {
+	opt, err := redis.ParseURL(testenv.Redis(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const sessions = 50
+	s := newBenchServerN(b, redisstore.New(redis.NewClient(opt), redisstore.Options{Prefix: fmt.Sprintf("cwsbench:%d:", time.Now().UnixNano())}), sessions)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions}}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"readFile","arguments":{"path":"f4k"}}}`
+	want := []byte("0123456789abcdef0123")
+	var next atomic.Int64
+	b.SetParallelism(sessions / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	defer reportCPU(b)()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		tok := s.tokens[int(next.Add(1)-1)%sessions]
+		for pb.Next() {
+			if out := s.postAs(b, client, tok, "/mcp", body, "Mcp-Protocol-Version", "2025-06-18"); !bytes.Contains(out, want) {
+				b.Fatalf("unexpected answer %s", out)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
 }
 
 // reportCPU reports the process's CPU time (user and system) per op, client and
