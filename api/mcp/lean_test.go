@@ -161,6 +161,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		{"unknown tool (SDK)", "/mcp", full, call("16", "nope", `{}`), nil, `unknown tool`},
 		{"bound session mismatch", "/v1/sessions/" + s1 + "/mcp", full, call("17", "readFile", `{"path":"f4k"}`), nil, ""},
 		{"bound session", "/v1/sessions/" + s1 + "/mcp", mint(""), call("18", "readFile", `{"path":"f4k"}`), nil, `isError`},
+		{"default session (lean)", "/mcp", mint(""), call("34", "listFiles", `{"path":"."}`), nil, `"result"`},
 		{"progress token (SDK)", "/mcp", full, `{"jsonrpc":"2.0","id":19,"method":"tools/call","params":{"name":"readFile","arguments":{"path":"f4k"},"_meta":{"progressToken":"p"}}}`, nil, `0123`},
 		{"float id (SDK)", "/mcp", full, call("20.0", "readFile", `{"path":"f4k"}`), nil, `"id":20`},
 		{"tools/list (SDK)", "/mcp", full, `{"jsonrpc":"2.0","id":21,"method":"tools/list"}`, nil, `readFile`},
