@@ -138,6 +138,11 @@ type invalidatingStore struct {
 	cache *sessionCache
 }
 
+func (s invalidatingStore) CreateSession(ctx context.Context, sess *Session, max int) error {
+	defer s.cache.forget(sess.Tenant, sess.ID)
+	return s.Store.CreateSession(ctx, sess, max)
+}
+
 func (s invalidatingStore) UpdateSession(ctx context.Context, sess *Session) error {
 	defer s.cache.forget(sess.Tenant, sess.ID)
 	return s.Store.UpdateSession(ctx, sess)

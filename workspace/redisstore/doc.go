@@ -37,11 +37,12 @@
 //
 // # Announcements
 //
-// Every UpdateSession, TouchSession and DeleteSession publishes "{tenant}/{id}" on the
-// channel cws:sessions:changed, in the same round trip as the write (the delete script
-// publishes itself). WatchSessions follows the channel for workspace's per-replica
-// session cache: a (re)subscription, an error, or a ping unanswered for 5 s reports
-// the subscription as in doubt, and the cache empties itself.
+// Every CreateSession, UpdateSession, TouchSession and DeleteSession publishes
+// "{tenant}/{id}" on the channel cws:sessions:changed, in the same round trip as the
+// write (the create and delete scripts publish themselves). WatchSessions follows the
+// channel for workspace's per-replica session cache: a (re)subscription, an error, or
+// a ping unanswered for 5 s reports the subscription as in doubt, and the cache
+// empties itself.
 //
 // # Errors
 //

@@ -14,8 +14,10 @@ import (
 	"github.com/cwsdev/cws/workspace"
 )
 
-// createScript records a session with its two index entries, or refuses.
-// KEYS: session, tenant zset, all set. ARGV: json, max, score, id, "tenant/id".
+// createScript records a session with its two index entries, and announces it (an
+// adopted session may be cached from before the store lost it), or refuses.
+// KEYS: session, tenant zset, all set. ARGV: json, max, score, id, "tenant/id", the
+// changed channel.
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
 local max = tonumber(ARGV[2])
@@ -23,6 +25,7 @@ if max > 0 and redis.call('ZCARD', KEYS[2]) >= max then return 2 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 redis.call('SADD', KEYS[3], ARGV[5])
+redis.call('PUBLISH', ARGV[6], ARGV[5])
 return 0
 `)
 
@@ -52,7 +55,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *workspace.Session, max 
 	}
 	keys := []string{s.sessionKey(sess.Tenant, sess.ID), s.tenantKey(sess.Tenant), s.allKey()}
 	score := strconv.FormatInt(sess.CreatedAt.UnixMicro(), 10)
-	res, err := createScript.Run(ctx, s.rdb, keys, b, max, score, sess.ID, sess.Tenant+"/"+sess.ID).Int()
+	res, err := createScript.Run(ctx, s.rdb, keys, b, max, score, sess.ID, sess.Tenant+"/"+sess.ID, s.changedChannel()).Int()
 	if err != nil {
 		return s.fail("create session", err)
 	}
