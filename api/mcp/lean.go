@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -63,7 +64,10 @@ func (h *Handler) lean(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false // the SDK answers unknown tools
 	}
-	out, err := h.call(r.Context(), t, p, r.Header.Get(boundHeader), req.args, nil)
+	// As on the SDK's path (protocol versions before 2026-07-28), the call runs to its
+	// end even if the client goes away.
+	ctx := context.WithoutCancel(r.Context())
+	out, err := h.call(ctx, t, p, r.Header.Get(boundHeader), req.args, nil)
 	var msg []byte
 	if err != nil {
 		msg, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.id, Error: err})
