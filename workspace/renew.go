@@ -15,9 +15,10 @@ const DefaultRenewFlush = time.Second
 // used, and a background loop writes the marks every flush interval, so that no call
 // waits for a store write. The rules:
 //   - a session's renewal is written when its last written one is at least a tenth of
-//     its idle TTL old (as before batching: idle expiry counts from the last written
-//     renewal, which lags the last call by less than a tenth of the TTL plus the
-//     flush interval);
+//     its idle TTL old, as before batching: idle expiry counts from the last written
+//     renewal, which may be up to a tenth of the TTL older than the last call. The
+//     renewal written is the call's own time, so batching delays the write by at most
+//     one flush interval but never moves the expiry;
 //   - a call made when the session's idle deadline in the store is nearer than two
 //     flush intervals writes its renewal at once, before it returns, so that a session
 //     in use never expires for idleness while its renewal waits in a batch;
