@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,12 @@ type VerifierOptions struct {
 	JWKSMaxAge time.Duration
 	// Logger receives JWKS fetch failures. Nil discards them.
 	Logger *slog.Logger
+	// TokenCacheSize is how many verified tokens are remembered (see tokenCache):
+	// zero means DefaultTokenCacheSize, negative turns the cache off.
+	TokenCacheSize int
+	// TokenCacheMaxAge is the longest a verified token is remembered, however far its
+	// exp. Zero means DefaultTokenCacheMaxAge.
+	TokenCacheMaxAge time.Duration
 }
 
 // Verifier checks tenants' JWTs. It is safe for concurrent use.
@@ -44,6 +51,7 @@ type Verifier struct {
 	maxSize int
 	now     func() time.Time
 	jwks    map[string]*jwksCache // by tenant id
+	cache   *tokenCache           // nil: every token is verified in full
 }
 
 // NewVerifier returns a Verifier of the tokens of ts. It does no I/O: JWKS
@@ -55,6 +63,7 @@ func NewVerifier(ts *Tenants, opts VerifierOptions) *Verifier {
 		maxSize: opts.MaxTokenSize,
 		now:     opts.Now,
 		jwks:    map[string]*jwksCache{},
+		cache:   newTokenCache(opts.TokenCacheSize, opts.TokenCacheMaxAge),
 	}
 	if v.maxSize <= 0 {
 		v.maxSize = 8 << 10
@@ -118,6 +127,13 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	if len(raw) > v.maxSize {
 		return nil, reject(ReasonTooLarge, fmt.Sprintf("token is longer than %d bytes", v.maxSize), nil)
 	}
+	var sum [sha256.Size]byte
+	if v.cache != nil {
+		sum = sha256.Sum256([]byte(raw))
+		if p, ok := v.lookup(ctx, sum); ok {
+			return p, nil
+		}
+	}
 	var unverified claims
 	tok, _, err := jwt.NewParser().ParseUnverified(raw, &unverified)
 	if err != nil {
@@ -144,9 +160,13 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Principal, error) {
 	}
 	var sigErr error
 	for _, k := range keys {
-		p, err := v.verifyWith(raw, t, k)
+		p, c, err := v.verifyWith(raw, t, k)
 		if err == nil {
-			return p, nil
+			if v.cache != nil {
+				v.remember(sum, p, kid, alg, k, timeOf(c.NotBefore), timeOf(c.IssuedAt))
+			}
+			p := *p
+			return &p, nil
 		}
 		if ReasonOf(err) != ReasonSignature {
 			return nil, err // the key verified the signature; the claims are wrong
@@ -246,7 +266,7 @@ func (v *Verifier) ownerOfKID(kid, except string) bool {
 }
 
 // verifyWith checks raw with k alone: its alg, signature, then the claims.
-func (v *Verifier) verifyWith(raw string, t *Tenant, k Key) (*Principal, error) {
+func (v *Verifier) verifyWith(raw string, t *Tenant, k Key) (*Principal, *claims, error) {
 	p := jwt.NewParser(
 		jwt.WithValidMethods([]string{k.Alg}),
 		jwt.WithExpirationRequired(),
@@ -258,13 +278,13 @@ func (v *Verifier) verifyWith(raw string, t *Tenant, k Key) (*Principal, error) 
 	)
 	var c claims
 	if _, err := p.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return k.material, nil }); err != nil {
-		return nil, classify(err, t)
+		return nil, nil, classify(err, t)
 	}
 	if c.Tenant != k.Tenant {
-		return nil, reject(ReasonTenant, "token's key belongs to another tenant", nil)
+		return nil, nil, reject(ReasonTenant, "token's key belongs to another tenant", nil)
 	}
 	if c.Subject == "" {
-		return nil, reject(ReasonMissingClaim, "token has no sub claim", nil)
+		return nil, nil, reject(ReasonMissingClaim, "token has no sub claim", nil)
 	}
 	scopes := strings.Fields(c.Scope)
 	if len(scopes) == 0 { // no scope claim: the tenant's default
@@ -276,7 +296,14 @@ func (v *Verifier) verifyWith(raw string, t *Tenant, k Key) (*Principal, error) 
 		Session:   c.Session,
 		Scopes:    scopes,
 		ExpiresAt: c.ExpiresAt.Time,
-	}, nil
+	}, &c, nil
+}
+
+func timeOf(d *jwt.NumericDate) time.Time {
+	if d == nil {
+		return time.Time{}
+	}
+	return d.Time
 }
 
 // classify maps a jwt error to a reason. A missing claim wins over the

@@ -20,7 +20,7 @@ func (s *Service) direct(ctx context.Context, caller Caller, id string) (*call, 
 	if err := caller.need(auth.ScopeToolsRead, "the diff"); err != nil {
 		return nil, err
 	}
-	sess, err := s.session(ctx, caller, id)
+	sess, _, err := s.session(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (s *Service) archiveAgent(ctx context.Context, caller Caller, id, what stri
 	if err := caller.need(auth.ScopeArchive, what); err != nil {
 		return nil, err
 	}
-	sess, err := s.session(ctx, caller, id)
+	sess, _, err := s.session(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}

@@ -65,11 +65,14 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	if err != nil {
 		return nil, err
 	}
-	sess, err := s.session(ctx, caller, id)
+	sess, cached, err := s.session(ctx, caller, id)
 	if err != nil {
 		return nil, err
 	}
 	res, err := s.run(ctx, t, sess, caller, args, opts)
+	if err != nil && cached {
+		err = s.recheck(ctx, caller, id, err)
+	}
 	if err == nil {
 		s.renew(ctx, sess)
 	} else {

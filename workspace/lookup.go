@@ -13,19 +13,43 @@ import (
 // removed is ErrSessionLost. A session the store does not know but whose container
 // lives (the store lost its data) is adopted on the spot. It does not renew the idle
 // TTL: only a call that succeeds does (renew).
-func (s *Service) session(ctx context.Context, caller Caller, id string) (*Session, error) {
+//
+// The record comes from the session cache when it holds it (cached is then true),
+// else from the store.
+func (s *Service) session(ctx context.Context, caller Caller, id string) (sess *Session, cached bool, err error) {
 	if id == "" {
-		return nil, fmt.Errorf("%w: session id is empty", ErrInvalid)
+		return nil, false, fmt.Errorf("%w: session id is empty", ErrInvalid)
 	}
-	sess, err := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	sess, cached = s.sessions.get(caller.Tenant, id)
+	if !cached {
+		if sess, err = s.readSession(ctx, caller.Tenant, id); err != nil {
+			return nil, false, err
+		}
+	}
+	sess, err = s.usable(sess, id)
+	return sess, cached, err
+}
+
+// readSession reads a session from the store, adopting it when the store does not
+// know it but its container lives, and caches it.
+func (s *Service) readSession(ctx context.Context, tenant, id string) (*Session, error) {
+	gen := s.sessions.generation()
+	sess, err := s.cfg.Store.GetSession(ctx, tenant, id)
 	if errors.Is(err, ErrNotFound) {
-		if s.adoptByID(ctx, caller.Tenant, id) {
-			sess, err = s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+		if s.adoptByID(ctx, tenant, id) {
+			gen = s.sessions.generation()
+			sess, err = s.cfg.Store.GetSession(ctx, tenant, id)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
+	s.sessions.put(gen, sess)
+	return sess, nil
+}
+
+// usable checks that a session may take calls now: not expired, ready.
+func (s *Service) usable(sess *Session, id string) (*Session, error) {
 	now := s.cfg.Now()
 	if sess.Expired(now) {
 		return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
@@ -72,28 +96,20 @@ func validSessionID(id string) bool {
 	return true
 }
 
-// renew renews the idle TTL after a call that succeeded, writing to the store at most
-// once per tenth of the TTL. A failed call never renews: a broken session is reaped.
-func (s *Service) renew(ctx context.Context, sess *Session) {
-	now := s.cfg.Now()
-	every := sess.IdleTTL / 10
-	s.mu.Lock()
-	last := s.touched[sess.ID]
-	due := now.Sub(last) >= every
-	if due {
-		s.touched[sess.ID] = now
+// recheck reads the store again after a call on a cached record failed on its
+// sandbox: the session may have been deleted or expired a moment ago (its sandbox
+// removed with it) on another replica, whose announcement has not arrived yet. Then
+// the call answers ErrNotFound, as it would have without the cache.
+func (s *Service) recheck(ctx context.Context, caller Caller, id string, err error) error {
+	if !errors.Is(err, ErrSessionLost) && !errors.Is(err, ErrUnavailable) {
+		return err
 	}
-	s.mu.Unlock()
-	if !due {
-		return
+	s.sessions.forget(caller.Tenant, id)
+	sess, gerr := s.cfg.Store.GetSession(ctx, caller.Tenant, id)
+	if errors.Is(gerr, ErrNotFound) || gerr == nil && sess.Expired(s.cfg.Now()) {
+		return fmt.Errorf("session %s: %w", id, ErrNotFound)
 	}
-	if err := s.cfg.Store.TouchSession(ctx, sess.Tenant, sess.ID, now); err != nil {
-		s.log.Warn("renew session", "session", sess.ID, "err", err)
-		s.mu.Lock()
-		delete(s.touched, sess.ID)
-		s.mu.Unlock()
-	}
-	sess.LastUsed = now
+	return err
 }
 
 // noteLost records a session whose call found its sandbox removed, so that every later

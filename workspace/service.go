@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
@@ -79,6 +81,13 @@ type Config struct {
 	PolicyTTL      time.Duration // how long a workspace .cws-policy.json is cached; zero means 1 s
 	Now            func() time.Time
 
+	// SessionCacheSize is how many session records each replica caches for tool calls
+	// (see sessionCache); zero means DefaultSessionCacheSize, negative turns it off.
+	SessionCacheSize int
+	// RenewFlush is how often the idle-TTL renewals of calls are written to the store,
+	// batched (see renewals); zero means DefaultRenewFlush.
+	RenewFlush time.Duration
+
 	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
 	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
 	// be provoked. Zero, always in production, means the session's volume.
@@ -103,10 +112,17 @@ type Service struct {
 	catalog *Catalog
 	audit   chan AuditRecord
 
-	mu       sync.Mutex
-	agents   map[string]*agent.Client // by sandbox id
-	policies map[string]cachedPolicy  // by session id
-	touched  map[string]time.Time     // by session id: last TouchSession written
+	batcher     Store         // the Store as given: an AuditBatcher, maybe
+	sessions    *sessionCache // nil: off
+	renewals    *renewals
+	stopWatcher context.CancelFunc
+
+	policyReads singleflight.Group // by session id: one workspace policy read at a time
+
+	mu        sync.Mutex
+	agents    map[string]*agent.Client // by sandbox id
+	policies  map[string]cachedPolicy  // by session id
+	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
 	counting, recount atomic.Bool // countActiveSoon: a recount runs; another is due
 }
@@ -140,21 +156,36 @@ func New(cfg Config) *Service {
 	if cfg.PolicyTTL == 0 {
 		cfg.PolicyTTL = time.Second
 	}
+	batcher := cfg.Store
+	watcher, shared := watcherOf(cfg.Store)
+	cache := newSessionCache(cfg.SessionCacheSize, !shared)
+	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
-		catalog: NewCatalog(cfg.Tools...),
-		audit:   make(chan AuditRecord, 4096),
-		agents:  map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, touched: map[string]time.Time{},
+		catalog:  NewCatalog(cfg.Tools...),
+		audit:    make(chan AuditRecord, 4096),
+		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
+		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{},
+	}
+	if shared && cache != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopWatcher = cancel
+		go watcher.WatchSessions(ctx, cache.forget, cache.setLive)
 	}
 	go s.auditLoop()
+	go s.renewLoop()
 	return s
 }
 
 // Catalog returns the tool catalogue.
 func (s *Service) Catalog() *Catalog { return s.catalog }
 
-// Close stops the audit writer after flushing what is queued and ends agent streams.
+// Close writes the pending renewals, stops the audit writer after flushing what is
+// queued, and ends agent streams.
 func (s *Service) Close() {
+	close(s.renewals.stop)
+	<-s.renewals.done
+	s.stopWatcher()
 	close(s.audit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -207,11 +238,37 @@ func (s *Service) forgetAgent(sandboxID string) {
 	}
 }
 
+// auditBatch is the most audit records written in one round trip.
+const auditBatch = 256
+
+// auditLoop writes the audit records as they are queued; with an AuditBatcher store,
+// what has queued up while a write was in flight goes in one batch.
 func (s *Service) auditLoop() {
+	batcher, _ := s.batcher.(AuditBatcher)
+	batch := make([]AuditRecord, 0, auditBatch)
 	for r := range s.audit {
+		batch = append(batch[:0], r)
+	drain:
+		for batcher != nil && len(batch) < auditBatch {
+			select {
+			case r, ok := <-s.audit:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.cfg.Store.Audit(ctx, r); err != nil {
-			s.log.Warn("audit record lost", "err", err, "tool", r.Tool, "session", r.Session)
+		var err error
+		if len(batch) > 1 {
+			err = batcher.AuditBatch(ctx, batch)
+		} else {
+			err = s.cfg.Store.Audit(ctx, r)
+		}
+		if err != nil {
+			s.log.Warn("audit records lost", "err", err, "records", len(batch), "tool", r.Tool, "session", r.Session)
 		}
 		cancel()
 	}

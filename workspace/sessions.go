@@ -301,8 +301,8 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 	_ = s.cfg.Store.Release(ctx, defaultKey(sess.Tenant, sess.Subject), sess.ID)
 	s.mu.Lock()
 	delete(s.policies, sess.ID)
-	delete(s.touched, sess.ID)
 	s.mu.Unlock()
+	s.renewals.forget(sess.Tenant, sess.ID)
 	s.countActive(ctx)
 	return nil
 }

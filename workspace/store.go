@@ -52,3 +52,10 @@ type Store interface {
 	Ping(ctx context.Context) error
 	Close() error
 }
+
+// AuditBatcher is what a Store may implement to append many audit records in one round
+// trip (redisstore does); the Service's audit writer then sends what has queued up
+// together.
+type AuditBatcher interface {
+	AuditBatch(ctx context.Context, records []AuditRecord) error
+}

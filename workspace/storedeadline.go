@@ -129,6 +129,22 @@ func (b *BoundedStore) Audit(ctx context.Context, r AuditRecord) error {
 	return bound0(b, ctx, "audit", func(ctx context.Context) error { return b.inner.Audit(ctx, r) })
 }
 
+// AuditBatch is AuditBatcher.AuditBatch of the wrapped store, bounded; a store without
+// it gets the records one by one.
+func (b *BoundedStore) AuditBatch(ctx context.Context, records []AuditRecord) error {
+	return bound0(b, ctx, "audit", func(ctx context.Context) error {
+		if ab, ok := b.inner.(AuditBatcher); ok {
+			return ab.AuditBatch(ctx, records)
+		}
+		for _, r := range records {
+			if err := b.inner.Audit(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // RecentAudit is Store.RecentAudit, bounded.
 func (b *BoundedStore) RecentAudit(ctx context.Context, n int) ([]AuditRecord, error) {
 	return bound(b, ctx, "recent audit", func(ctx context.Context) ([]AuditRecord, error) { return b.inner.RecentAudit(ctx, n) })

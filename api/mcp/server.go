@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cwsdev/cws/auth"
@@ -19,6 +20,7 @@ import (
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/policy"
 	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -38,17 +40,30 @@ type Config struct {
 	OnAuthFailure func(reason string)
 	// OnCallFailed counts tool calls answered with a JSON-RPC error, by code (metrics).
 	OnCallFailed func(code string)
+	// SDKOnly serves every request through the go-sdk, never on the lean tools/call
+	// path (lean.go): tests compare the two.
+	SDKOnly bool
 }
 
 // Handler serves /mcp and /v1/sessions/{id}/mcp.
 type Handler struct {
 	cfg     Config
 	log     *slog.Logger
-	servers sync.Map // serverKey → *sdk.Server
-	http    http.Handler
+	sdkOnly bool
+	// leanServed counts the requests the lean path answered (tests).
+	leanServed atomic.Int64
+	servers    sync.Map // serverKey → *server
+	http       http.Handler
 }
 
 type serverKey struct{ tenant, toolsets string }
+
+// server is the MCP server of one tenant and set of toolsets, with the tools it lists
+// by name (the lean path answers those alone).
+type server struct {
+	sdk   *sdk.Server
+	tools map[string]*workspace.Tool
+}
 
 // New returns the MCP handler.
 func New(cfg Config) *Handler {
@@ -61,8 +76,13 @@ func New(cfg Config) *Handler {
 	if cfg.OnCallFailed == nil {
 		cfg.OnCallFailed = func(string) {}
 	}
-	h := &Handler{cfg: cfg, log: cfg.Log.With("component", "api/mcp")}
-	stream := sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: false, Logger: h.log})
+	h := &Handler{cfg: cfg, log: cfg.Log.With("component", "api/mcp"), sdkOnly: cfg.SDKOnly}
+	sdkHandler := sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: false, Logger: h.log})
+	stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.lean(w, r) {
+			sdkHandler.ServeHTTP(w, r)
+		}
+	})
 	verify := cfg.Verifier.TokenVerifier()
 	counted := func(ctx context.Context, tok string, r *http.Request) (*mcpauth.TokenInfo, error) {
 		ti, err := verify(ctx, tok, r)
@@ -122,20 +142,26 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 	if p == nil {
 		return nil
 	}
+	return h.serverFor(r, p).sdk
+}
+
+// serverFor returns the cached server for p's tenant and the request's toolsets.
+func (h *Handler) serverFor(r *http.Request, p *auth.Principal) *server {
 	tp, _ := h.cfg.Tenants.Policy(p.Tenant)
 	sets := toolsets(r, tp)
 	key := serverKey{p.Tenant, strings.Join(sets, ",")}
 	if s, ok := h.servers.Load(key); ok {
-		return s.(*sdk.Server)
+		return s.(*server)
 	}
-	s := sdk.NewServer(&sdk.Implementation{Name: "cws", Title: "cws — Coding Workspace Service", Version: version.Version},
-		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{}, Instructions: instructions})
+	s := &server{sdk: sdk.NewServer(&sdk.Implementation{Name: "cws", Title: "cws — Coding Workspace Service", Version: version.Version},
+		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{}, Instructions: instructions}), tools: map[string]*workspace.Tool{}}
 	for _, t := range h.cfg.Service.Catalog().Tools(sets...) {
-		s.AddTool(mcpTool(t), h.handle(t))
+		s.sdk.AddTool(mcpTool(t), h.handle(t))
+		s.tools[t.Name] = t
 	}
-	s.AddReceivingMiddleware(h.listCallable)
+	s.sdk.AddReceivingMiddleware(h.listCallable)
 	actual, _ := h.servers.LoadOrStore(key, s)
-	return actual.(*sdk.Server)
+	return actual.(*server)
 }
 
 const instructions = "cws gives you a sandboxed workspace at /workspace. Paths are relative to it. " +
@@ -151,24 +177,15 @@ func mcpTool(t *workspace.Tool) *sdk.Tool {
 	}
 }
 
-// handle runs one tool call through the Service.
+// handle runs one tool call through the Service for the SDK.
 func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		start := time.Now()
 		p := auth.PrincipalFromTokenInfo(req.Extra.TokenInfo)
-		if p == nil {
-			return nil, h.failed(ctx, "", "", t.Name, start, workspace.ErrForbidden)
-		}
-		caller := workspace.CallerOf(p)
-		id, err := sessionID(req, p)
-		if err != nil {
-			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
-		}
-		var opts workspace.CallOptions
+		var onOutput workspace.OutputFunc
 		if tok := req.Params.GetProgressToken(); tok != nil && t.Streams {
 			var mu sync.Mutex
 			n := 0.0
-			opts.OnOutput = func(stream string, data []byte) {
+			onOutput = func(stream string, data []byte) {
 				mu.Lock()
 				n++
 				msg := &sdk.ProgressNotificationParams{ProgressToken: tok, Progress: n, Message: stream + ": " + string(data)}
@@ -178,36 +195,64 @@ func (h *Handler) handle(t *workspace.Tool) sdk.ToolHandler {
 				}
 			}
 		}
-		var res *workspace.Result
-		if id == "" {
-			res, err = h.cfg.Service.CallDefault(ctx, caller, t.Name, req.Params.Arguments, opts)
-		} else {
-			res, err = h.cfg.Service.Call(ctx, caller, id, t.Name, req.Params.Arguments, opts)
+		out, rerr := h.call(ctx, t, p, req.Extra.Header.Get(boundHeader), req.Params.Arguments, onOutput)
+		if rerr != nil {
+			return nil, rerr
 		}
-		if err != nil {
-			return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
+		res := &sdk.CallToolResult{
+			Content:           []sdk.Content{&sdk.TextContent{Text: out.text}},
+			StructuredContent: out.structured,
+			IsError:           out.isError,
 		}
-		body, err := json.Marshal(res.Value)
-		if err != nil {
-			return nil, rpcError(err)
+		if out.note != "" {
+			res.Content = append(res.Content, &sdk.TextContent{Text: out.note})
 		}
-		out := &sdk.CallToolResult{
-			Content:           []sdk.Content{&sdk.TextContent{Text: Text(res.Value, body)}},
-			StructuredContent: structured(body),
-			IsError:           res.IsError,
-		}
-		if res.Note != "" {
-			out.Content = append(out.Content, &sdk.TextContent{Text: res.Note})
-		}
-		return out, nil
+		return res, nil
 	}
+}
+
+// callOutput is a successful call's result, encoded once: the text content, the
+// structured content and the note.
+type callOutput struct {
+	text       string
+	structured json.RawMessage
+	note       string
+	isError    bool
+}
+
+// call runs one tool call of p through the Service; bound is the URL's session id
+// (boundHeader), "" on /mcp.
+func (h *Handler) call(ctx context.Context, t *workspace.Tool, p *auth.Principal, bound string, args json.RawMessage, onOutput workspace.OutputFunc) (*callOutput, *jsonrpc.Error) {
+	start := time.Now()
+	if p == nil {
+		return nil, h.failed(ctx, "", "", t.Name, start, workspace.ErrForbidden)
+	}
+	caller := workspace.CallerOf(p)
+	id, err := sessionID(bound, p)
+	if err != nil {
+		return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
+	}
+	opts := workspace.CallOptions{OnOutput: onOutput}
+	var res *workspace.Result
+	if id == "" {
+		res, err = h.cfg.Service.CallDefault(ctx, caller, t.Name, args, opts)
+	} else {
+		res, err = h.cfg.Service.Call(ctx, caller, id, t.Name, args, opts)
+	}
+	if err != nil {
+		return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
+	}
+	body, err := json.Marshal(res.Value)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &callOutput{text: Text(res.Value, body), structured: structured(body), note: res.Note, isError: res.IsError}, nil
 }
 
 // sessionID picks the call's session: the URL's, else the token's session claim, else
 // "" for the caller's default session (created on first use). A token bound to one
 // session cannot reach another.
-func sessionID(req *sdk.CallToolRequest, p *auth.Principal) (string, error) {
-	bound := req.Extra.Header.Get(boundHeader)
+func sessionID(bound string, p *auth.Principal) (string, error) {
 	switch {
 	case bound != "" && p.Session != "" && bound != p.Session:
 		return "", workspace.ErrNotFound

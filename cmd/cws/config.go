@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace"
 	"github.com/spf13/pflag"
 )
 
@@ -38,6 +40,10 @@ type Config struct {
 	PoolOwner      string   // this replica's name on its pooled containers; empty: the host name
 
 	pools []docker.PoolSize // Pool, parsed by validate
+
+	TokenCacheSize   int           // verified tokens remembered; 0 turns the cache off
+	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
+	RenewFlush       time.Duration // how often batched idle-TTL renewals are written
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -59,6 +65,31 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.IntVar(&c.PoolMax, "pool-max", envInt(getenv, "CWS_POOL_MAX", 0), "most pooled containers over all images (0: the sum of --pool) [CWS_POOL_MAX]")
 	f.StringVar(&c.PoolOwner, "pool-owner", getenv("CWS_POOL_OWNER"), "this replica's name on its pooled containers; replicas sharing an engine need distinct ones, and a stable one lets a restart adopt its pool (default: the host name) [CWS_POOL_OWNER]")
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
+	f.IntVar(&c.TokenCacheSize, "token-cache-size", envInt(getenv, "CWS_TOKEN_CACHE_SIZE", auth.DefaultTokenCacheSize), "verified tokens remembered until their exp (at most 5 min); 0 verifies every request in full [CWS_TOKEN_CACHE_SIZE]")
+	f.IntVar(&c.SessionCacheSize, "session-cache-size", envInt(getenv, "CWS_SESSION_CACHE_SIZE", workspace.DefaultSessionCacheSize), "session records each replica caches for tool calls (kept exact through Redis pub/sub); 0 reads the store on every call [CWS_SESSION_CACHE_SIZE]")
+	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
+}
+
+// cacheSize maps a flag's size (0: off) to a package's (negative: off, 0: default).
+func cacheSize(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// envInt reads an integer from key, or def when unset. A malformed value yields -1,
+// which validate refuses.
+func envInt(getenv func(string) string, key string, def int) int {
+	v := getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // validate checks the configuration and fills derived defaults; errors say what to do.
@@ -99,8 +130,11 @@ func (c *Config) validate() error {
 	if !filepath.IsAbs(c.AgentSocketDir) {
 		return fmt.Errorf("--agent-socket-dir %q: want an absolute path on the Docker host, e.g. %s", c.AgentSocketDir, docker.DefaultSocketDir)
 	}
-	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 {
-		return fmt.Errorf("--reap-every, --drain-timeout and --store-timeout must be positive")
+	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 || c.RenewFlush <= 0 {
+		return fmt.Errorf("--reap-every, --drain-timeout, --store-timeout and --renew-flush must be positive")
+	}
+	if c.TokenCacheSize < 0 || c.SessionCacheSize < 0 {
+		return fmt.Errorf("--token-cache-size and --session-cache-size must be 0 (off) or positive")
 	}
 	return c.parsePools()
 }
@@ -143,20 +177,6 @@ func envList(getenv func(string) string, key string) []string {
 		return nil
 	}
 	return strings.Split(v, ",")
-}
-
-// envInt reads an integer from key, or def when unset. A malformed value yields -1,
-// which validate refuses.
-func envInt(getenv func(string) string, key string, def int) int {
-	v := getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // envDuration reads a duration from key, or def when unset. A malformed value yields

@@ -121,7 +121,8 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer driver.Close()
 
-	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
+		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {
@@ -129,7 +130,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	m.Init(tools, workspace.Outcomes, workspace.DenialRules, auth.Reasons)
 
-	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{Logger: log})
+	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{Logger: log, TokenCacheSize: cacheSize(cfg.TokenCacheSize)})
 	mcpHandler := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols, Log: log,
 		ResourceMetadataURL: cfg.PublicURL + auth.WellKnownPath, OnAuthFailure: m.AuthFailure, OnCallFailed: m.MCPCallFailed})
 	ready := func(ctx context.Context) error {

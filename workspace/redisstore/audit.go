@@ -28,6 +28,21 @@ func (s *Store) Audit(ctx context.Context, r workspace.AuditRecord) error {
 	return s.fail("audit", err)
 }
 
+// AuditBatch appends records to the stream in one round trip (pipelined XADDs).
+func (s *Store) AuditBatch(ctx context.Context, records []workspace.AuditRecord) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range records {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return fmt.Errorf("encode audit record: %w", err)
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: s.auditKey(), MaxLen: s.auditMax, Approx: true, Values: []string{auditField, string(b)}})
+		}
+		return nil
+	})
+	return s.fail("audit", err)
+}
+
 // RecentAudit returns the newest n records, newest first.
 func (s *Store) RecentAudit(ctx context.Context, n int) ([]workspace.AuditRecord, error) {
 	if n <= 0 {

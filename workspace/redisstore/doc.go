@@ -35,6 +35,15 @@
 // then does SET NX + ZADD + SADD; DeleteSession removes the session and both index
 // entries. UpdateSession is SET XX; TouchSession rewrites LastUsed under WATCH.
 //
+// # Announcements
+//
+// Every CreateSession, UpdateSession, TouchSession and DeleteSession publishes
+// "{tenant}/{id}" on the channel cws:sessions:changed, in the same round trip as the
+// write (the create and delete scripts publish themselves). WatchSessions follows the
+// channel for workspace's per-replica session cache: a (re)subscription, an error, or
+// a ping unanswered for 5 s reports the subscription as in doubt, and the cache
+// empties itself.
+//
 // # Errors
 //
 // A missing session is workspace.ErrNotFound; a failure to reach or use Redis wraps

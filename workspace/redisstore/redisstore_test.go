@@ -169,3 +169,25 @@ func TestCallerCancel(t *testing.T) {
 		t.Fatalf("cancelled get: %v, want context.Canceled only", err)
 	}
 }
+
+// TestAuditBatch: a batch lands in order, as single appends would.
+func TestAuditBatch(t *testing.T) {
+	s, _, _ := newStore(t, testenv.Redis(t))
+	ctx := t.Context()
+	var batch []workspace.AuditRecord
+	for i := range 5 {
+		batch = append(batch, workspace.AuditRecord{Tool: fmt.Sprint("tool", i), Outcome: "ok"})
+	}
+	if err := s.AuditBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	recent, err := s.RecentAudit(ctx, 10)
+	if err != nil || len(recent) != 5 {
+		t.Fatalf("RecentAudit = %v, %v; want 5 records", recent, err)
+	}
+	for i, r := range recent {
+		if want := fmt.Sprint("tool", 4-i); r.Tool != want {
+			t.Errorf("record %d is %s, want %s (newest first)", i, r.Tool, want)
+		}
+	}
+}

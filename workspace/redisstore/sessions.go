@@ -14,8 +14,10 @@ import (
 	"github.com/cwsdev/cws/workspace"
 )
 
-// createScript records a session with its two index entries, or refuses.
-// KEYS: session, tenant zset, all set. ARGV: json, max, score, id, "tenant/id".
+// createScript records a session with its two index entries, and announces it (an
+// adopted session may be cached from before the store lost it), or refuses.
+// KEYS: session, tenant zset, all set. ARGV: json, max, score, id, "tenant/id", the
+// changed channel.
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
 local max = tonumber(ARGV[2])
@@ -23,17 +25,19 @@ if max > 0 and redis.call('ZCARD', KEYS[2]) >= max then return 2 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 redis.call('SADD', KEYS[3], ARGV[5])
+redis.call('PUBLISH', ARGV[6], ARGV[5])
 return 0
 `)
 
-// deleteScript removes a session, its index entries and its state hash; it returns how
-// many session keys it deleted (0 or 1). KEYS: session, tenant zset, all set, state.
-// ARGV: id, "tenant/id".
+// deleteScript removes a session, its index entries and its state hash, and announces
+// it; it returns how many session keys it deleted (0 or 1). KEYS: session, tenant zset,
+// all set, state. ARGV: id, "tenant/id", the changed channel.
 var deleteScript = redis.NewScript(`
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[2])
 return n
 `)
 
@@ -51,7 +55,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *workspace.Session, max 
 	}
 	keys := []string{s.sessionKey(sess.Tenant, sess.ID), s.tenantKey(sess.Tenant), s.allKey()}
 	score := strconv.FormatInt(sess.CreatedAt.UnixMicro(), 10)
-	res, err := createScript.Run(ctx, s.rdb, keys, b, max, score, sess.ID, sess.Tenant+"/"+sess.ID).Int()
+	res, err := createScript.Run(ctx, s.rdb, keys, b, max, score, sess.ID, sess.Tenant+"/"+sess.ID, s.changedChannel()).Int()
 	if err != nil {
 		return s.fail("create session", err)
 	}
@@ -79,8 +83,8 @@ func (s *Store) GetSession(ctx context.Context, tenant, id string) (*workspace.S
 	return decode(b, tenant, id)
 }
 
-// UpdateSession overwrites a session that exists (SET XX). The tenant index keeps the
-// CreatedAt the session was created with: it is not expected to change.
+// UpdateSession overwrites a session that exists (SET XX), and announces it. The tenant
+// index keeps the CreatedAt the session was created with: it is not expected to change.
 func (s *Store) UpdateSession(ctx context.Context, sess *workspace.Session) error {
 	if !validTenant(sess.Tenant) {
 		return notFound(sess.ID)
@@ -89,7 +93,13 @@ func (s *Store) UpdateSession(ctx context.Context, sess *workspace.Session) erro
 	if err != nil {
 		return fmt.Errorf("encode session %q: %w", sess.ID, err)
 	}
-	ok, err := s.rdb.SetXX(ctx, s.sessionKey(sess.Tenant, sess.ID), b, 0).Result()
+	var set *redis.BoolCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.SetXX(ctx, s.sessionKey(sess.Tenant, sess.ID), b, 0)
+		s.announce(ctx, p, sess.Tenant, sess.ID)
+		return nil
+	})
+	ok := set.Val()
 	if err != nil {
 		return s.fail("update session", err)
 	}
@@ -102,8 +112,8 @@ func (s *Store) UpdateSession(ctx context.Context, sess *workspace.Session) erro
 // touchAttempts bounds the optimistic retries of TouchSession under contention.
 const touchAttempts = 100
 
-// TouchSession rewrites LastUsed, retrying when another writer changed the session
-// between the read and the write (WATCH).
+// TouchSession rewrites LastUsed, and announces it, retrying when another writer changed
+// the session between the read and the write (WATCH).
 func (s *Store) TouchSession(ctx context.Context, tenant, id string, at time.Time) error {
 	if !validTenant(tenant) {
 		return notFound(id)
@@ -127,6 +137,7 @@ func (s *Store) TouchSession(ctx context.Context, tenant, id string, at time.Tim
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, key, b, 0)
+			s.announce(ctx, p, tenant, id)
 			return nil
 		})
 		return err
@@ -150,7 +161,7 @@ func (s *Store) DeleteSession(ctx context.Context, tenant, id string) error {
 		return notFound(id)
 	}
 	keys := []string{s.sessionKey(tenant, id), s.tenantKey(tenant), s.allKey(), s.stateKey(tenant, id)}
-	n, err := deleteScript.Run(ctx, s.rdb, keys, id, tenant+"/"+id).Int()
+	n, err := deleteScript.Run(ctx, s.rdb, keys, id, tenant+"/"+id, s.changedChannel()).Int()
 	if err != nil {
 		return s.fail("delete session", err)
 	}
