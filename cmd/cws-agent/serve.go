@@ -30,6 +30,7 @@ const stateDir = "/tmp/.cws-agent/requests"
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	warmUp()
+	followCPULimit()
 	// The secret of the socket path: read once, and gone from the environment so that
 	// nothing this process starts can inherit it (commands get a built environment anyway).
 	secret := os.Getenv(agent.EnvSecret)

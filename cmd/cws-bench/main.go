@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scale := fs.Float64("n", 1, "scale every section's iteration count by this factor (e.g. 0.1 for a smoke run)")
 	only := fs.String("only", "", "comma-separated sections to run; empty runs all (see -list)")
 	list := fs.Bool("list", false, "list the sections and exit")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process cws and the clients) to `file`")
 	transport := fs.String("transport", docker.TransportAuto, "path to the agents: auto, socket or exec (docker.Config.Transport)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,6 +99,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	e := &env{driver: d, execDriver: execDriver, transport: name, agentBin: *agentBin, image: *image, scale: *scale, progress: stderr}
 	defer e.close(ctx)
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var rows []bench.Row
 	for _, s := range chosen {
 		e.logf("section %s", s.Name)
