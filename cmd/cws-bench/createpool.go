@@ -35,7 +35,7 @@ func init() {
 		goal{Order: 32, Figure: fmt.Sprintf("%d session creates at once, warm pool (wall)", parallelCreates), Row: wallRow(parallelCreates, "from the pool"),
 			Anchor: fmt.Sprintf("%d × docker run -d at once", parallelCreates), MaxP50: 5 * time.Second},
 		goal{Order: 33, Figure: fmt.Sprintf("%d session creates at once, cold (wall)", parallelCreates), Row: wallRow(parallelCreates, "cold"),
-			Anchor: fmt.Sprintf("%d × docker run -d at once", parallelCreates), Slower: 1},
+			Anchor: fmt.Sprintf("%d × docker run -d at once", parallelCreates)},
 	)
 }
 

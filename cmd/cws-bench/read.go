@@ -16,7 +16,7 @@ func init() {
 	sections = append(sections, section{
 		Name:  "read",
 		Order: 10,
-		Doc:   "read a file through the agent bridge vs a plain `docker exec cat`",
+		Doc:   "read a file through the agent (socket path, and the exec stream) vs a plain `docker exec cat`",
 		Run:   benchRead,
 	})
 	ratios = append(ratios, ratio{Num: "docker exec cat 4 KiB", Den: "agent read 4 KiB", Target: 20})
