@@ -108,7 +108,7 @@ func (c countConn) Write(p []byte) (int, error) {
 }
 
 // TestWritesPerCall: a small call is three frames each way (open, request or answer,
-// close), each one write on the connection, instead of a header and a body each.
+// close); none is split in two writes, and frames queued together share one write.
 func TestWritesPerCall(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "f"), make([]byte, 4096), 0o644); err != nil {
@@ -142,6 +142,6 @@ func TestWritesPerCall(t *testing.T) {
 	perUp, perDown := float64(up.Load())/calls, float64(down.Load())/calls
 	t.Logf("4 KiB read: %.2f writes host→agent, %.2f agent→host per call", perUp, perDown)
 	if perUp > 3.05 || perDown > 3.05 {
-		t.Errorf("writes per call: %.2f up, %.2f down; want at most 3 each (one per frame)", perUp, perDown)
+		t.Errorf("writes per call: %.2f up, %.2f down; want at most 3 each (at most one per frame)", perUp, perDown)
 	}
 }

@@ -32,18 +32,108 @@ type frameConn struct {
 	hdr  int    // header bytes of the current frame seen so far (< 12: in the header)
 	body uint32 // body bytes of the current frame still to come
 	raw  bool   // the stream is not yamux: pass through
+
+	// Complete frames wait in out for the flusher, which writes all that has gathered
+	// in one write: a call's open, request and close frames, queued back to back by
+	// yamux, usually go out together. Guarded by mu.
+	out      []byte
+	spare    []byte     // the flusher's other buffer
+	flushing bool       // the flusher is writing
+	drained  *sync.Cond // signalled when out is empty and nothing is being written
+	werr     error      // the first failed write; every later Write returns it
+	closed   bool
+	kick     chan struct{}
 }
 
-// MuxConn returns conn wrapped so that yamux's frames go out one write each. Both ends
-// use it under their yamux session; it changes nothing on the wire.
+// outMax bounds the frames waiting for the flusher: a Write past it waits.
+const outMax = 256 << 10
+
+// MuxConn returns conn wrapped so that yamux's frames go out one write each, or several
+// in one write when they are queued together. Both ends use it under their yamux
+// session; it changes nothing on the wire.
 func MuxConn(conn io.ReadWriteCloser) io.ReadWriteCloser {
-	return &frameConn{ReadWriteCloser: conn, buf: make([]byte, 0, 4096)}
+	c := &frameConn{ReadWriteCloser: conn, buf: make([]byte, 0, 4096), kick: make(chan struct{}, 1)}
+	c.drained = sync.NewCond(&c.mu)
+	go c.flusher()
+	return c
+}
+
+// flusher writes what gathered in out, one write per wake-up, until Close or a failed
+// write (which closes the connection, so the yamux session ends on both loops).
+func (c *frameConn) flusher() {
+	for range c.kick {
+		c.mu.Lock()
+		for len(c.out) > 0 && c.werr == nil {
+			batch := c.out
+			c.out, c.spare = c.spare[:0], nil
+			c.flushing = true
+			c.mu.Unlock()
+			_, err := c.ReadWriteCloser.Write(batch)
+			c.mu.Lock()
+			c.flushing = false
+			if cap(batch) <= 2*outMax {
+				c.spare = batch[:0]
+			}
+			if err != nil && c.werr == nil {
+				c.werr = err
+				go c.ReadWriteCloser.Close()
+			}
+		}
+		closed := c.closed
+		c.drained.Broadcast()
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// Close writes what is still waiting (a go-away), then closes the connection.
+func (c *frameConn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.ReadWriteCloser.Close()
+	}
+	c.closed = true
+	for (len(c.out) > 0 || c.flushing) && c.werr == nil {
+		c.kickFlusher()
+		c.drained.Wait()
+	}
+	c.mu.Unlock()
+	close(c.kick)
+	return c.ReadWriteCloser.Close()
+}
+
+func (c *frameConn) kickFlusher() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitDrained waits until every queued frame is written. Called with mu.
+func (c *frameConn) waitDrained() error {
+	for (len(c.out) > 0 || c.flushing) && c.werr == nil {
+		c.kickFlusher()
+		c.drained.Wait()
+	}
+	return c.werr
 }
 
 func (c *frameConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.werr != nil {
+		return 0, c.werr
+	}
+	if c.closed {
+		return 0, io.ErrClosedPipe
+	}
 	if c.raw {
+		if err := c.waitDrained(); err != nil {
+			return 0, err
+		}
 		return c.ReadWriteCloser.Write(p)
 	}
 	n := 0
@@ -60,7 +150,7 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			h := c.buf[len(c.buf)-yamuxHeaderSize:]
 			if h[0] != yamuxVersion {
 				c.raw = true
-				err := c.flush()
+				err := c.writeNow()
 				if err == nil && len(p) > 0 {
 					var m int
 					m, err = c.ReadWriteCloser.Write(p)
@@ -77,7 +167,7 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			if len(c.buf)+k <= coalesceMax {
 				c.buf = append(c.buf, p[:k]...)
 			} else {
-				if err := c.flush(); err != nil {
+				if err := c.writeNow(); err != nil {
 					return n, err
 				}
 				if _, err := c.ReadWriteCloser.Write(p[:k]); err != nil {
@@ -98,15 +188,43 @@ func (c *frameConn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// flush writes the pending bytes in one write.
+// flush queues the complete frame in buf for the flusher, waiting first if too much is
+// queued already. Called with mu.
 func (c *frameConn) flush() error {
 	if len(c.buf) == 0 {
 		return nil
 	}
+	for len(c.out) >= outMax && c.werr == nil {
+		c.kickFlusher()
+		c.drained.Wait()
+	}
+	if c.werr != nil {
+		return c.werr
+	}
+	c.out = append(c.out, c.buf...)
+	c.resetBuf()
+	c.kickFlusher()
+	return nil
+}
+
+// writeNow writes what is queued and the pending bytes of the current frame, in order,
+// before a write that bypasses the queue (a large body, a stream that is not yamux).
+// Called with mu.
+func (c *frameConn) writeNow() error {
+	if err := c.waitDrained(); err != nil {
+		return err
+	}
+	if len(c.buf) == 0 {
+		return nil
+	}
 	_, err := c.ReadWriteCloser.Write(c.buf)
+	c.resetBuf()
+	return err
+}
+
+func (c *frameConn) resetBuf() {
 	c.buf = c.buf[:0]
 	if cap(c.buf) > coalesceMax+yamuxHeaderSize {
 		c.buf = make([]byte, 0, 4096)
 	}
-	return err
 }

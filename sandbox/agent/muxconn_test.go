@@ -3,20 +3,55 @@ package agent
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
 	"testing"
+	"time"
 )
 
 // writeLog records each write the wrapped connection makes.
 type writeLog struct {
+	mu     sync.Mutex
 	writes [][]byte
+	fail   error // when set, writes fail with it
+	closed bool
 }
 
 func (w *writeLog) Read(p []byte) (int, error) { return 0, nil }
-func (w *writeLog) Close() error               { return nil }
+func (w *writeLog) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	return nil
+}
 func (w *writeLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fail != nil {
+		return 0, w.fail
+	}
 	w.writes = append(w.writes, bytes.Clone(p))
 	return len(p), nil
+}
+
+// snapshot returns the writes so far.
+func (w *writeLog) snapshot() [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.writes)
+}
+
+// settle waits until the bytes written reach n (the flusher writes asynchronously).
+func (w *writeLog) settle(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(bytes.Join(w.snapshot(), nil)) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d bytes written: a complete frame is held back", len(bytes.Join(w.snapshot(), nil)), n)
+		}
+	}
 }
 
 // yamuxFrame is a frame as yamux encodes it: version 0, type, flags, stream, length.
@@ -29,7 +64,8 @@ func yamuxFrame(typ byte, stream uint32, body []byte, length uint32) []byte {
 }
 
 // TestMuxConnFrames: whatever the sizes of the writes yamux makes, the bytes go out
-// unchanged, a small frame in exactly one write, and no complete frame is held back.
+// unchanged, a small frame never split across writes (frames queued together may share
+// one), and no complete frame is held back.
 func TestMuxConnFrames(t *testing.T) {
 	small := bytes.Repeat([]byte("a"), 4200)
 	big := bytes.Repeat([]byte("b"), coalesceMax+1000)
@@ -47,7 +83,27 @@ func TestMuxConnFrames(t *testing.T) {
 		stream = append(stream, f...)
 		ends = append(ends, len(stream))
 	}
-	written := func(log *writeLog) int { return len(bytes.Join(log.writes, nil)) }
+	// unsplit checks that every frame but the big one lies within a single write (the
+	// big one's body may go in writes of its own, as it comes).
+	unsplit := func(t *testing.T, writes [][]byte) {
+		t.Helper()
+		var starts []int
+		at := 0
+		for _, w := range writes {
+			starts = append(starts, at)
+			at += len(w)
+		}
+		for i, end := range ends {
+			if i == 4 {
+				continue
+			}
+			begin := end - len(frames[i])
+			j := sort.SearchInts(starts, begin+1) - 1 // the write holding the frame's first byte
+			if j < 0 || starts[j]+len(writes[j]) < end {
+				t.Errorf("frame %d (bytes %d–%d) is split across writes", i, begin, end)
+			}
+		}
+	}
 
 	t.Run("as yamux writes: header, then body", func(t *testing.T) {
 		log := &writeLog{}
@@ -58,19 +114,15 @@ func TestMuxConnFrames(t *testing.T) {
 				mustWrite(t, c, f[yamuxHeaderSize:])
 			}
 		}
-		if got := bytes.Join(log.writes, nil); !bytes.Equal(got, stream) {
+		log.settle(t, len(stream))
+		writes := log.snapshot()
+		if got := bytes.Join(writes, nil); !bytes.Equal(got, stream) {
 			t.Fatal("the bytes changed")
 		}
-		// Every small frame is one write; the big one is its header, then its body.
-		want := []int{12, 12 + len(small), 12, 12, 12, len(big), 12}
-		if len(log.writes) != len(want) {
-			t.Fatalf("%d writes, want %d", len(log.writes), len(want))
+		if len(writes) > len(frames)+1 {
+			t.Errorf("%d writes for %d frames", len(writes), len(frames))
 		}
-		for i, w := range log.writes {
-			if len(w) != want[i] {
-				t.Errorf("write %d: %d bytes, want %d", i, len(w), want[i])
-			}
-		}
+		unsplit(t, writes)
 	})
 
 	t.Run("any split", func(t *testing.T) {
@@ -88,13 +140,14 @@ func TestMuxConnFrames(t *testing.T) {
 						complete = e
 					}
 				}
-				if w := written(log); w < complete {
-					t.Fatalf("after %d bytes, %d written: a complete frame is held back", given, w)
-				}
+				log.settle(t, complete)
 			}
-			if got := bytes.Join(log.writes, nil); !bytes.Equal(got, stream) {
+			log.settle(t, len(stream))
+			writes := log.snapshot()
+			if got := bytes.Join(writes, nil); !bytes.Equal(got, stream) {
 				t.Fatal("the bytes changed")
 			}
+			unsplit(t, writes)
 		}
 	})
 
@@ -104,8 +157,50 @@ func TestMuxConnFrames(t *testing.T) {
 		junk := []byte("\x07this is not a yamux stream")
 		mustWrite(t, c, junk[:5])
 		mustWrite(t, c, junk[5:])
-		if got := bytes.Join(log.writes, nil); !bytes.Equal(got, junk) {
+		if got := bytes.Join(log.snapshot(), nil); !bytes.Equal(got, junk) {
 			t.Fatalf("got %q", got)
+		}
+	})
+
+	t.Run("a failed write ends the connection", func(t *testing.T) {
+		log := &writeLog{fail: io.ErrClosedPipe}
+		c := MuxConn(log)
+		mustWrite(t, c, frames[0]) // queued: the failure comes from the flusher
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if _, err := c.Write(frames[2]); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("writes keep succeeding after the connection failed")
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			log.mu.Lock()
+			closed := log.closed
+			log.mu.Unlock()
+			if closed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the connection was not closed after a failed write, so a reader would never learn of it")
+			}
+		}
+	})
+
+	t.Run("close writes what is queued", func(t *testing.T) {
+		log := &writeLog{}
+		c := MuxConn(log)
+		for _, f := range frames[:4] {
+			mustWrite(t, c, f)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(log.snapshot(), nil); !bytes.Equal(got, stream[:ends[3]]) {
+			t.Fatalf("after Close, %d of %d bytes written", len(got), ends[3])
+		}
+		if _, err := c.Write(frames[0]); err == nil {
+			t.Error("a write after Close succeeded")
 		}
 	})
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/server"
 )
 
-// lossyConn loses the answer of the next call when armed: its next read waits a
-// moment (the agent applies the request and answers), then breaks the connection.
+// lossyConn loses the answer of the next call when armed: the next read that brings
+// bytes (the agent applied the request and answered) drops them and breaks the
+// connection, however the answer's frames were grouped into writes.
 type lossyConn struct {
 	net.Conn
 	armed *bool
@@ -24,16 +25,18 @@ type lossyConn struct {
 }
 
 func (c lossyConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
 	c.mu.Lock()
-	armed := *c.armed
-	*c.armed = false
+	armed := *c.armed && n > 0
+	if armed {
+		*c.armed = false
+	}
 	c.mu.Unlock()
 	if armed {
-		time.Sleep(200 * time.Millisecond)
 		c.Conn.Close()
 		return 0, io.ErrClosedPipe
 	}
-	return c.Conn.Read(p)
+	return n, err
 }
 
 // lossyAgent is pipeAgent whose arm func makes the next answer get lost with its stream.
