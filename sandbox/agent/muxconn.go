@@ -45,8 +45,12 @@ type frameConn struct {
 	kick     chan struct{}
 }
 
-// outMax bounds the frames waiting for the flusher: a Write past it waits.
-const outMax = 256 << 10
+// outMax bounds the frames waiting for the flusher: a Write past it waits. spareMax is
+// the largest buffer kept between writes.
+const (
+	outMax   = 256 << 10
+	spareMax = 64 << 10
+)
 
 // MuxConn returns conn wrapped so that yamux's frames go out one write each, or several
 // in one write when they are queued together. Both ends use it under their yamux
@@ -71,7 +75,7 @@ func (c *frameConn) flusher() {
 			_, err := c.ReadWriteCloser.Write(batch)
 			c.mu.Lock()
 			c.flushing = false
-			if cap(batch) <= 2*outMax {
+			if cap(batch) <= spareMax { // a big one goes: thousands of idle sessions each keep theirs
 				c.spare = batch[:0]
 			}
 			if err != nil && c.werr == nil {
