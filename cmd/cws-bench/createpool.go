@@ -43,9 +43,11 @@ func init() {
 func wallRow(n int, what string) string { return fmt.Sprintf("%d creates at once, %s: wall", n, what) }
 
 func benchCreateParallel(ctx context.Context, e *env) ([]bench.Row, error) {
-	if _, err := e.newBox(ctx); err != nil { // warm-up: fills the agent volume
+	warm, err := e.newBox(ctx) // warm-up: fills the agent volume
+	if err != nil {
 		return nil, err
 	}
+	e.remove(ctx, warm)
 	var rows []bench.Row
 	for _, n := range []int{e.iterations(10), e.iterations(50)} {
 		e.logf("create-par: %d cold creates at once…", n)
