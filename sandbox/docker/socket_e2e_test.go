@@ -46,13 +46,8 @@ func TestSocketTransport(t *testing.T) {
 	e.ready(t, cl)
 
 	t.Run("attach dials the socket", func(t *testing.T) {
-		rw, err := d.Attach(t.Context(), info.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rw.Close()
-		if _, ok := rw.(*socketConn); !ok {
-			t.Fatalf("Attach returned a %T, want the socket", rw)
+		if got := attachedBy(t, d, info.ID); got != TransportSocket {
+			t.Fatalf("Attach took the %s path, want %s", got, TransportSocket)
 		}
 	})
 
@@ -110,13 +105,8 @@ func TestSocketTransport(t *testing.T) {
 		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 			t.Fatalf("the link was not planted: %v %v", fi, err)
 		}
-		rw, err := d.Attach(t.Context(), info.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rw.Close()
-		if _, ok := rw.(*bridge); !ok {
-			t.Fatalf("Attach returned a %T, want the exec stream", rw)
+		if got := attachedBy(t, d, info.ID); got != TransportExec {
+			t.Fatalf("Attach took the %s path, want %s", got, TransportExec)
 		}
 		if dog.connected() {
 			t.Fatal("cws connected to the host socket the planted link points at")
@@ -129,13 +119,8 @@ func TestSocketTransport(t *testing.T) {
 
 	t.Run("absent socket falls back to exec", func(t *testing.T) {
 		must(t, os.RemoveAll(filepath.Join(dir, agent.SocketName)))
-		rw, err := d.Attach(t.Context(), info.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rw.Close()
-		if _, ok := rw.(*bridge); !ok {
-			t.Fatalf("Attach returned a %T, want the exec stream", rw)
+		if got := attachedBy(t, d, info.ID); got != TransportExec {
+			t.Fatalf("Attach took the %s path, want %s", got, TransportExec)
 		}
 		data, _, err := cl.ReadFile(t.Context(), agent.ReadArgs{Path: "hello.txt"})
 		if err != nil || string(data) != "over the socket" {
@@ -181,13 +166,8 @@ func TestSocketTransport(t *testing.T) {
 			t.Fatalf("Start: %v", err)
 		}
 		e.ready(t, cl)
-		rw, err := d.Attach(t.Context(), info.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rw.Close()
-		if _, ok := rw.(*socketConn); !ok {
-			t.Fatalf("Attach returned a %T, want the socket", rw)
+		if got := attachedBy(t, d, info.ID); got != TransportSocket {
+			t.Fatalf("Attach took the %s path, want %s", got, TransportSocket)
 		}
 	})
 
@@ -252,12 +232,26 @@ func TestExecTransport(t *testing.T) {
 	if data, _, err := cl.ReadFile(t.Context(), agent.ReadArgs{Path: "a.txt"}); err != nil || string(data) != "over exec" {
 		t.Fatalf("Read = %q, %v", data, err)
 	}
-	rw, err := d.Attach(t.Context(), info.ID)
+	if got := attachedBy(t, d, info.ID); got != TransportExec {
+		t.Fatalf("Attach took the %s path, want %s", got, TransportExec)
+	}
+}
+
+// attachedBy attaches to container id once and says which path Attach took:
+// TransportSocket or TransportExec.
+func attachedBy(t *testing.T, d *Driver, id string) string {
+	t.Helper()
+	rw, err := d.Attach(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rw.Close()
-	if _, ok := rw.(*bridge); !ok {
-		t.Fatalf("Attach returned a %T, want the exec stream", rw)
+	switch rw.(type) {
+	case *socketConn:
+		return TransportSocket
+	case *bridge:
+		return TransportExec
 	}
+	t.Fatalf("Attach returned a %T", rw)
+	return ""
 }
