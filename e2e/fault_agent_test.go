@@ -18,15 +18,27 @@ const killAgentSh = `n=0; for p in /proc/[0-9]*; do
   if [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "/.cws/cws-agent $1 " ]; then kill -9 ${p#/proc/} 2>/dev/null && n=$((n+1)); fi
 done; echo $n`
 
-// TestFaultAgentKilled kills the agent's stream (the attach bridge) and the agent
-// process itself, again and again, during a burst of file changes from three agents'
-// lanes. Every call succeeds and is applied exactly once: each lane's chain of moves
-// (a move applied twice would fail: its source is gone) and its counter of edits end
-// exactly where they should.
+// TestFaultAgentKilled kills the agent's stream and the agent process itself, again
+// and again, during a burst of file changes from three agents' lanes. Every call
+// succeeds and is applied exactly once: each lane's chain of moves (a move applied
+// twice would fail: its source is gone) and its counter of edits end exactly where
+// they should.
+//
+// On the exec transport the stream is the attach bridge, killed on its own. On the
+// socket transport there is no bridge to kill while the socket works: killing the
+// agent cuts every stream at once, and the reconnect falls back to the exec stream
+// until the agent listens again, so that path is crossed too.
 func TestFaultAgentKilled(t *testing.T) {
 	requireRealDeps(t)
+	t.Run("exec", func(t *testing.T) { faultAgentKilled(t, "exec", "attach", "serve") })
+	t.Run("socket", func(t *testing.T) { faultAgentKilled(t, "socket", "serve") })
+}
+
+// faultAgentKilled runs the burst on one agent transport, killing each of kinds (see
+// killAgentSh) in turn until each has landed at least twice.
+func faultAgentKilled(t *testing.T, transport string, kinds ...string) {
 	fx := newFixture(t)
-	p := startCWS(t, fx, testenv.Redis(t), freeAddr(t))
+	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--agent-transport", transport)
 	t.Cleanup(func() { p.deleteAll(t, fx, tenantAcme) })
 	tok := fx.token(t, tenantAcme, "erin", "")
 	c := connect(t, p.url+"/mcp", tok, "")
@@ -48,10 +60,7 @@ func TestFaultAgentKilled(t *testing.T) {
 				return
 			case <-time.After(300 * time.Millisecond):
 			}
-			what := "attach"
-			if i%2 == 1 {
-				what = "serve"
-			}
+			what := kinds[i%len(kinds)]
 			out, err := exec.Command("docker", "exec", "-u", "1000", box, "sh", "-c", killAgentSh, "kill", what).CombinedOutput()
 			if err != nil {
 				t.Logf("kill %s: %v: %s", what, err, out)
@@ -60,7 +69,11 @@ func TestFaultAgentKilled(t *testing.T) {
 			if strings.TrimSpace(string(out)) != "0" {
 				kills[what]++
 			}
-			if kills["attach"] >= 2 && kills["serve"] >= 2 {
+			landed := true
+			for _, k := range kinds {
+				landed = landed && kills[k] >= 2
+			}
+			if landed {
 				enough.Store(true)
 			}
 		}

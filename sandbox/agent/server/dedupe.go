@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -23,6 +26,11 @@ const outcomesMaxAge = 10 * time.Minute
 // being applied twice. A duplicate that arrives while the first is still running waits
 // for it. With a directory (on the container's /tmp, which outlives an agent process
 // killed and restarted by init), outcomes also survive the agent itself.
+//
+// An agent can die between applying a request and recording its outcome. So a request
+// is marked as running on disk before it is applied: a retry that finds the mark but
+// no outcome is "in doubt" (the first run may or may not have applied it), and the
+// server settles it by what the workspace shows (see settle).
 type outcomes struct {
 	dir string // "" keeps outcomes in memory only
 
@@ -37,11 +45,15 @@ type outcome struct {
 	body []byte
 }
 
-// stored is an outcome as persisted.
+// stored is an outcome as persisted, or the mark of a request still running.
 type stored struct {
-	Header *agent.Header `json:"h"`
-	Body   []byte        `json:"b,omitempty"`
+	Header  *agent.Header `json:"h,omitempty"`
+	Body    []byte        `json:"b,omitempty"`
+	Running bool          `json:"running,omitempty"`
 }
+
+// runningMark is the file content that marks a request as running.
+var runningMark = []byte(`{"running":true}`)
 
 func newOutcomes(dir string) *outcomes {
 	o := &outcomes{dir: dir, m: map[string]*outcome{}}
@@ -56,20 +68,28 @@ func newOutcomes(dir string) *outcomes {
 }
 
 // begin returns the outcome slot of id and whether this request is the first with it
-// (then the caller runs it and calls finish).
-func (o *outcomes) begin(id string) (*outcome, bool) {
+// (then the caller runs it and calls finish). inDoubt says that an agent before this
+// one started the request and died before recording how it ended.
+func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if oc, ok := o.m[id]; ok {
-		return oc, false
+		return oc, false, false
 	}
-	oc := &outcome{done: make(chan struct{})}
-	if st, ok := o.load(id); ok {
+	oc = &outcome{done: make(chan struct{})}
+	if st, ok := o.load(id); ok && !st.Running {
 		oc.h, oc.body = st.Header, st.Body
 		close(oc.done)
 		o.m[id] = oc
 		o.order = append(o.order, id)
-		return oc, false
+		return oc, false, false
+	} else if ok {
+		inDoubt = true
+	}
+	if o.dir != "" && validID(id) {
+		// Not atomic on purpose: a torn mark reads as no mark, and then the request
+		// provably had not been applied yet.
+		_ = os.WriteFile(filepath.Join(o.dir, id), runningMark, 0o600)
 	}
 	o.m[id] = oc
 	o.order = append(o.order, id)
@@ -81,7 +101,7 @@ func (o *outcomes) begin(id string) (*outcome, bool) {
 			_ = os.Remove(filepath.Join(o.dir, old))
 		}
 	}
-	return oc, true
+	return oc, true, inDoubt
 }
 
 // finish records the first request's answer and releases its duplicates. An answer
@@ -92,6 +112,9 @@ func (o *outcomes) finish(id string, oc *outcome, h *agent.Header, body []byte) 
 		o.mu.Lock()
 		delete(o.m, id)
 		o.mu.Unlock()
+		if o.dir != "" && validID(id) {
+			_ = os.Remove(filepath.Join(o.dir, id))
+		}
 	} else if o.dir != "" {
 		if b, err := json.Marshal(stored{Header: h, Body: body}); err == nil {
 			tmp := filepath.Join(o.dir, "."+id)
@@ -109,7 +132,7 @@ func (o *outcomes) load(id string) (stored, bool) {
 		return st, false
 	}
 	b, err := os.ReadFile(filepath.Join(o.dir, id))
-	if err != nil || json.Unmarshal(b, &st) != nil || st.Header == nil {
+	if err != nil || json.Unmarshal(b, &st) != nil || (st.Header == nil && !st.Running) {
 		return st, false
 	}
 	return st, true
@@ -139,4 +162,34 @@ func validID(id string) bool {
 		}
 	}
 	return true
+}
+
+// settle answers a request in doubt (see outcomes) whose second run failed. Writes and
+// mkdir are idempotent and need nothing. A remove that finds nothing, and a rename that
+// finds its source gone and its destination there, were applied by the first run and
+// succeed. (The one wrong answer left: a rename whose source never existed while its
+// destination did, retried after the agent died inside that very call, reports
+// success.) Anything else keeps its error.
+func (s *Server) settle(ctx context.Context, h *agent.Header, res any, err error, r *responder) (any, error) {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return res, err
+	}
+	switch h.Op {
+	case agent.OpRemove:
+		s.log.Info("request in doubt settled: already removed", "op", h.Op)
+		return nil, nil
+	case agent.OpRename:
+		var a agent.RenameArgs
+		if json.Unmarshal(h.Args, &a) != nil {
+			return res, err
+		}
+		st, _ := json.Marshal(agent.StatArgs{Path: a.To, Guard: a.Guard})
+		fi, serr := s.stat(ctx, st, nil, r)
+		if serr != nil {
+			return res, err
+		}
+		s.log.Info("request in doubt settled: already renamed", "op", h.Op)
+		return fi, nil
+	}
+	return res, err
 }

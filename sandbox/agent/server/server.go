@@ -221,9 +221,10 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	// A request with an id is answered once: a retry gets the first outcome. It runs to
 	// the end even if its stream breaks, so that the outcome is whole.
 	var oc *outcome
+	inDoubt := false
 	if h.ID != "" && !h.Stream {
 		first := false
-		if oc, first = s.seen.begin(h.ID); !first {
+		if oc, first, inDoubt = s.seen.begin(h.ID); !first {
 			select {
 			case <-oc.done:
 				if err := r.send(oc.h, oc.body); err != nil {
@@ -244,6 +245,9 @@ func (s *Server) serveStream(st *yamux.Stream) {
 			_ = r.send(&agent.Header{Event: agent.EventStarted}, nil)
 		}
 		res, err = op(ctx, h.Args, body, r)
+		if inDoubt && err != nil {
+			res, err = s.settle(ctx, h, res, err, r)
+		}
 	}
 	done := &agent.Header{Done: true}
 	var out []byte
