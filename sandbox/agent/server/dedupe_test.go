@@ -91,7 +91,7 @@ func TestInDoubtRequestsSettle(t *testing.T) {
 		op      string
 		args    any
 		applied func(root string) // what the dead agent had done; nil: nothing
-		wantErr string             // "" for success
+		wantErr string            // "" for success
 		check   func(t *testing.T, root string)
 	}
 	exists := func(t *testing.T, root, rel string, want bool) {
