@@ -72,24 +72,15 @@ func newOutcomes(dir string) *outcomes {
 // one started the request and died before recording how it ended.
 func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if oc, ok := o.m[id]; ok {
+		o.mu.Unlock()
 		return oc, false, false
 	}
 	oc = &outcome{done: make(chan struct{})}
-	if st, ok := o.load(id); ok && !st.Running {
+	st, found := o.load(id)
+	if found && !st.Running {
 		oc.h, oc.body = st.Header, st.Body
 		close(oc.done)
-		o.m[id] = oc
-		o.order = append(o.order, id)
-		return oc, false, false
-	} else if ok {
-		inDoubt = true
-	}
-	if o.dir != "" && validID(id) {
-		// Not atomic on purpose: a torn mark reads as no mark, and then the request
-		// provably had not been applied yet.
-		_ = os.WriteFile(filepath.Join(o.dir, id), runningMark, 0o600)
 	}
 	o.m[id] = oc
 	o.order = append(o.order, id)
@@ -101,7 +92,17 @@ func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 			_ = os.Remove(filepath.Join(o.dir, old))
 		}
 	}
-	return oc, true, inDoubt
+	o.mu.Unlock()
+	if found && !st.Running {
+		return oc, false, false
+	}
+	if o.dir != "" && validID(id) {
+		// Written before the caller applies the request, outside the lock (a duplicate
+		// of id finds its slot in the map meanwhile). Not atomic on purpose: a torn
+		// mark reads as no mark, and then the request had provably not been applied.
+		_ = os.WriteFile(filepath.Join(o.dir, id), runningMark, 0o600)
+	}
+	return oc, true, found
 }
 
 // finish records the first request's answer and releases its duplicates. An answer
