@@ -87,6 +87,10 @@ type Config struct {
 	// RenewFlush is how often the idle-TTL renewals of calls are written to the store,
 	// batched (see renewals); zero means DefaultRenewFlush.
 	RenewFlush time.Duration
+	// LocalReads, when set, lets reads and stats be answered in this process through
+	// the workspace root an agent sends on the socket path (agent.Local; cmd/cws wires
+	// server.OpenLocal). nil: every call goes to the agent.
+	LocalReads agent.LocalOpener
 
 	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
 	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
@@ -204,6 +208,9 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
 			return s.attach(ctx, sandboxID)
 		}, versionString(), s.log.With("sandbox", sandboxID))
+		if s.cfg.LocalReads != nil {
+			c.WithLocal(s.cfg.LocalReads)
+		}
 		s.agents[sandboxID] = c
 	}
 	return c

@@ -28,6 +28,9 @@ type env struct {
 	image      string
 	scale      float64 // multiplies every iteration count
 	progress   io.Writer
+	// localReads is what cws serve wires by default (--local-reads): reads answered
+	// through the workspace root the agent sends; nil with -local-reads=false.
+	localReads agent.LocalOpener
 
 	shared *box // nil until a section asks for it
 }

@@ -1,7 +1,7 @@
 // Command cws-bench measures cws's sandbox paths against the real Docker engine and
 // prints the results as a markdown table (what `make bench` runs):
 //
-//	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-transport auto|socket|exec] [-list]
+//	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-transport auto|socket|exec] [-local-reads=false] [-list]
 //
 // Each measurement is a section (see section.go); sections share one sandbox of the
 // chosen image, created on first use and removed at the end. Progress goes to stderr,
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/internal/bench"
+	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 )
@@ -52,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	list := fs.Bool("list", false, "list the sections and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process cws and the clients) to `file`")
 	transport := fs.String("transport", docker.TransportAuto, "path to the agents: auto, socket or exec (docker.Config.Transport)")
+	localReads := fs.Bool("local-reads", true, "let the in-process cws answer reads through the workspace root agents send on the socket path, as cws serve does by default (--local-reads)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,6 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer execDriver.Close()
 	e := &env{driver: d, execDriver: execDriver, transport: name, agentBin: *agentBin, image: *image, scale: *scale, progress: stderr}
+	if *localReads {
+		e.localReads = server.OpenLocal
+	}
 	defer e.close(ctx)
 
 	if *cpuProfile != "" {

@@ -82,7 +82,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 	tenants, _ := auth.NewDevTenants()
 	devPolicies := policy.ByTenant{auth.DevTenantID: policy.Default()}
-	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies, DefaultImage: e.image})
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: e.driver, Tenants: devPolicies, DefaultImage: e.image, LocalReads: e.localReads})
 	defer svc.Close()
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -44,6 +44,7 @@ type Config struct {
 	TokenCacheSize   int           // verified tokens remembered; 0 turns the cache off
 	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
 	RenewFlush       time.Duration // how often batched idle-TTL renewals are written
+	LocalReads       bool          // answer reads through the workspace root agents send on the socket path
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -67,6 +68,7 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 	f.IntVar(&c.TokenCacheSize, "token-cache-size", envInt(getenv, "CWS_TOKEN_CACHE_SIZE", auth.DefaultTokenCacheSize), "verified tokens remembered until their exp (at most 5 min); 0 verifies every request in full [CWS_TOKEN_CACHE_SIZE]")
 	f.IntVar(&c.SessionCacheSize, "session-cache-size", envInt(getenv, "CWS_SESSION_CACHE_SIZE", workspace.DefaultSessionCacheSize), "session records each replica caches for tool calls (kept exact through Redis pub/sub); 0 reads the store on every call [CWS_SESSION_CACHE_SIZE]")
+	f.BoolVar(&c.LocalReads, "local-reads", getenv("CWS_LOCAL_READS") != "false", "on the socket transport, answer readFile and stat in cws itself, through the workspace root each agent sends, as the agent's own uid:gid (needs root, else reads go to the agent) [CWS_LOCAL_READS]")
 	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
 }
 

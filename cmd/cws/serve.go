@@ -14,6 +14,8 @@ import (
 	"github.com/cwsdev/cws/api/mcp"
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/metrics"
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
@@ -122,7 +124,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	defer driver.Close()
 
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
-		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush})
+		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads)})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {
@@ -243,4 +245,12 @@ func indexAt(s string) int {
 		}
 	}
 	return -1
+}
+
+// localReads is the opener of local reads, or nil when they are off.
+func localReads(on bool) agent.LocalOpener {
+	if !on {
+		return nil
+	}
+	return server.OpenLocal
 }

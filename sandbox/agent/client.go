@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -27,9 +28,12 @@ type Client struct {
 	log     *slog.Logger
 	version string
 
-	mu   sync.Mutex
-	sess *yamux.Session
-	peer Hello
+	localOpen LocalOpener // nil: every call goes to the agent (see local.go)
+
+	mu    sync.Mutex
+	sess  *yamux.Session
+	peer  Hello
+	local Local // answers reads locally while sess lives; nil when there is none
 }
 
 // NewClient returns a client that reaches the agent through dial. version is the host's
@@ -45,12 +49,21 @@ func NewClient(dial DialFunc, version string, log *slog.Logger) *Client {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closeLocal()
 	if c.sess == nil {
 		return nil
 	}
 	err := c.sess.Close()
 	c.sess = nil
 	return err
+}
+
+// closeLocal drops the local reader with the session it came with. Called with mu.
+func (c *Client) closeLocal() {
+	if c.local != nil {
+		_ = c.local.Close()
+		c.local = nil
+	}
 }
 
 // Peer returns the agent's handshake, once connected.
@@ -83,8 +96,19 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
 	}
-	peer, err := handshake(ctx, conn, Hello{Protocol: ProtocolVersion, Version: c.version})
+	ours := Hello{Protocol: ProtocolVersion, Version: c.version}
+	var rights *rightsReader
+	var rd io.Reader = conn
+	if uc, ok := conn.(UnixConner); ok && c.localOpen != nil {
+		ours.Root = true
+		rights = &rightsReader{c: uc.UnixConn()}
+		rd = rights
+	}
+	peer, err := handshake(ctx, conn, rd, ours)
 	if err != nil {
+		if rights != nil && rights.root != nil {
+			rights.root.Close()
+		}
 		conn.Close()
 		return nil, err
 	}
@@ -93,13 +117,34 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
 	}
+	c.closeLocal()
+	if rights != nil && rights.root != nil {
+		c.local = c.openLocal(rights.root, peer)
+	}
 	c.sess, c.peer = sess, peer
 	c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)
 	return sess, nil
 }
 
-// handshake sends ours and checks theirs, bounded by ctx.
-func handshake(ctx context.Context, conn io.ReadWriteCloser, ours Hello) (Hello, error) {
+// openLocal makes the local reader from the root the agent sent, or returns nil (and
+// every call goes to the agent) when it cannot be used.
+func (c *Client) openLocal(root *os.File, peer Hello) Local {
+	if err := CheckRoot(root); err != nil {
+		root.Close()
+		c.log.Warn("the agent sent an unusable workspace root; reads go to the agent", "err", err)
+		return nil
+	}
+	l, err := c.localOpen(root, peer)
+	if err != nil {
+		c.log.Debug("local reads unavailable; reads go to the agent", "err", err)
+		return nil
+	}
+	return l
+}
+
+// handshake sends ours and reads theirs from rd (conn, or a reader that also takes a
+// descriptor from it), bounded by ctx.
+func handshake(ctx context.Context, conn io.ReadWriteCloser, rd io.Reader, ours Hello) (Hello, error) {
 	type res struct {
 		h   Hello
 		err error
@@ -110,7 +155,7 @@ func handshake(ctx context.Context, conn io.ReadWriteCloser, ours Hello) (Hello,
 			ch <- res{err: err}
 			return
 		}
-		h, err := ReadHello(conn)
+		h, err := ReadHello(rd)
 		ch <- res{h, err}
 	}()
 	select {
@@ -134,6 +179,7 @@ func (c *Client) drop(s *yamux.Session) {
 	c.mu.Lock()
 	if c.sess == s {
 		c.sess = nil
+		c.closeLocal()
 	}
 	c.mu.Unlock()
 	s.Close()
@@ -156,6 +202,13 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 		return fmt.Errorf("encode %s args: %w", op, err)
 	}
 	req := &Header{Op: op, Args: raw}
+	if localOp(op) {
+		if _, err := c.session(ctx); err == nil { // a first call connects, and may bring the root
+			if err, ok := c.callLocal(ctx, op, req, body, onEvent, result); ok {
+				return err
+			}
+		}
+	}
 	if deduplicated(op) {
 		req.ID = newRequestID()
 	}
@@ -288,30 +341,37 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 			}
 			return fmt.Errorf("%w: %s: read answer: %v", ErrUnavailable, op, err)
 		}
-		if h.Done {
-			if h.Error != nil {
-				return h.Error
-			}
-			if result != nil && len(h.Result) > 0 {
-				if err := json.Unmarshal(h.Result, result); err != nil {
-					return fmt.Errorf("decode %s result: %w", op, err)
-				}
-			}
-			if bc, ok := result.(BodyCarrier); ok {
-				bc.SetBody(data)
-			}
-			return nil
-		}
-		if h.Event == EventStarted {
-			*started = true
-			continue
-		}
-		if onEvent != nil && h.Event != "" {
-			if err := onEvent(h.Event, data); err != nil {
-				return err
-			}
+		if done, err := takeFrame(h, data, op, onEvent, result, started); done || err != nil {
+			return err
 		}
 	}
+}
+
+// takeFrame handles one frame of an answer; done is true at its done frame, err is the
+// call's outcome then (or a failed event handler's error).
+func takeFrame(h *Header, data []byte, op string, onEvent EventFunc, result any, started *bool) (done bool, err error) {
+	if h.Done {
+		if h.Error != nil {
+			return true, h.Error
+		}
+		if result != nil && len(h.Result) > 0 {
+			if err := json.Unmarshal(h.Result, result); err != nil {
+				return true, fmt.Errorf("decode %s result: %w", op, err)
+			}
+		}
+		if bc, ok := result.(BodyCarrier); ok {
+			bc.SetBody(data)
+		}
+		return true, nil
+	}
+	if h.Event == EventStarted {
+		*started = true
+		return false, nil
+	}
+	if onEvent != nil && h.Event != "" {
+		return false, onEvent(h.Event, data)
+	}
+	return false, nil
 }
 
 // closedSoon reports whether the session closes within a moment: a stream can see its

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+
+	"golang.org/x/sys/unix"
 )
 
 // ProtocolVersion is bumped on any incompatible change to frames, ops or results.
@@ -54,6 +57,32 @@ type Hello struct {
 	Protocol int    `json:"protocol"`
 	Version  string `json:"version"` // the sender's release (version.Version)
 	Error    string `json:"error,omitempty"`
+
+	// Root, from a host on a unix socket: send the workspace root's descriptor with the
+	// answer (see local reads in client.go). An agent that does not know it ignores it.
+	Root bool `json:"root,omitempty"`
+	// The agent's answer to Root: its workspace directory and the identity it works as.
+	// The descriptor comes as SCM_RIGHTS with the answer's bytes.
+	Dir string `json:"dir,omitempty"`
+	UID int    `json:"uid,omitempty"`
+	GID int    `json:"gid,omitempty"`
+}
+
+// WriteHelloRights writes the handshake frame with a descriptor attached.
+func WriteHelloRights(c *net.UnixConn, h Hello, fd int) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	buf, err := appendRaw(nil, b, nil)
+	if err != nil {
+		return err
+	}
+	n, _, err := c.WriteMsgUnix(buf, unix.UnixRights(fd), nil)
+	if err == nil && n < len(buf) {
+		_, err = c.Write(buf[n:])
+	}
+	return err
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use on one writer.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"sync"
+	"time"
 )
 
 // yamux frames: a 12-byte header (version, type, flags, stream id, length) and, for a
@@ -15,6 +16,8 @@ const (
 	yamuxHeaderSize = 12
 	yamuxVersion    = 0
 	yamuxTypeData   = 0
+	yamuxTypeWindow = 1
+	yamuxFlagRST    = 0x8
 	// coalesceMax bounds what is copied to join a header to its body: a larger body goes
 	// in a write of its own (its copy would cost more than the saved write).
 	coalesceMax = 64 << 10
@@ -43,6 +46,28 @@ type frameConn struct {
 	werr     error      // the first failed write; every later Write returns it
 	closed   bool
 	kick     chan struct{}
+	// A control frame that only opens, acknowledges or closes a stream (see lazyFrame)
+	// waits in out for the next frame, or at most lazyWait. armed: lazyTimer runs.
+	lazyTimer *time.Timer
+	armed     bool
+}
+
+// lazyWait is how long a stream's open, acknowledgement or close may wait for a frame
+// to go out with. The peer needs none of them promptly: a stream's request follows its
+// open at once, an answer follows the acknowledgement, and a close only lets the peer
+// forget a finished stream. A busy session's next call carries them, so that a call
+// costs each end one wake-up instead of three; an idle one gets them this much later.
+const lazyWait = 50 * time.Millisecond
+
+// lazyFrame says whether the complete frame f is a window update that opens (SYN),
+// acknowledges (ACK) or half-closes (FIN) a stream: what any later frame may carry.
+// A plain window update (it lets a blocked sender go on) and a reset never wait.
+func lazyFrame(f []byte) bool {
+	if len(f) != yamuxHeaderSize || f[1] != yamuxTypeWindow {
+		return false
+	}
+	flags := binary.BigEndian.Uint16(f[2:4])
+	return flags != 0 && flags&yamuxFlagRST == 0
 }
 
 // outMax bounds the frames waiting for the flusher: a Write past it waits. spareMax is
@@ -58,8 +83,20 @@ const (
 func MuxConn(conn io.ReadWriteCloser) io.ReadWriteCloser {
 	c := &frameConn{ReadWriteCloser: conn, buf: make([]byte, 0, 4096), kick: make(chan struct{}, 1)}
 	c.drained = sync.NewCond(&c.mu)
+	c.lazyTimer = time.AfterFunc(time.Hour, c.lazyDue)
+	c.lazyTimer.Stop()
 	go c.flusher()
 	return c
+}
+
+// lazyDue sends the lazy frames that waited lazyWait.
+func (c *frameConn) lazyDue() {
+	c.mu.Lock()
+	c.armed = false
+	if !c.closed {
+		c.kickFlusher()
+	}
+	c.mu.Unlock()
 }
 
 // flusher writes what gathered in out, one write per wake-up, until Close or a failed
@@ -104,6 +141,7 @@ func (c *frameConn) Close() error {
 		c.kickFlusher()
 		c.drained.Wait()
 	}
+	c.lazyTimer.Stop()
 	c.mu.Unlock()
 	close(c.kick)
 	return c.ReadWriteCloser.Close()
@@ -205,9 +243,16 @@ func (c *frameConn) flush() error {
 	if c.werr != nil {
 		return c.werr
 	}
+	lazy := lazyFrame(c.buf)
 	c.out = append(c.out, c.buf...)
 	c.resetBuf()
-	c.kickFlusher()
+	switch {
+	case !lazy:
+		c.kickFlusher()
+	case !c.armed:
+		c.armed = true
+		c.lazyTimer.Reset(lazyWait)
+	}
 	return nil
 }
 

@@ -211,3 +211,87 @@ func mustWrite(t *testing.T, c interface{ Write([]byte) (int, error) }, p []byte
 		t.Fatalf("Write = %d, %v; want %d", n, err, len(p))
 	}
 }
+
+// withFlags sets a frame's yamux flags.
+func withFlags(f []byte, flags uint16) []byte {
+	binary.BigEndian.PutUint16(f[2:4], flags)
+	return f
+}
+
+// TestMuxConnLazyControl: a stream's open, acknowledgement and close go out with the
+// next frame when one follows, and on their own within lazyWait when none does. A
+// plain window update and a reset never wait.
+func TestMuxConnLazyControl(t *testing.T) {
+	const syn, ack, fin, rst = 0x1, 0x2, 0x4, 0x8
+	data := yamuxFrame(0, 1, []byte("request"), 7)
+
+	for _, tc := range []struct {
+		name  string
+		flags uint16
+		delta uint32
+	}{{"open", syn, 16 << 20}, {"acknowledgement", ack, 16 << 20}, {"close", fin, 0}} {
+		t.Run(tc.name+" goes with the next frame", func(t *testing.T) {
+			log := &writeLog{}
+			c := MuxConn(log)
+			defer c.Close()
+			ctl := withFlags(yamuxFrame(1, 1, nil, tc.delta), tc.flags)
+			mustWrite(t, c, ctl)
+			time.Sleep(lazyWait / 5)
+			if n := len(log.snapshot()); n != 0 {
+				t.Fatalf("the %s went out alone at once (%d writes)", tc.name, n)
+			}
+			mustWrite(t, c, data)
+			log.settle(t, len(ctl)+len(data))
+			if w := log.snapshot(); len(w) != 1 || !bytes.Equal(w[0], append(slices.Clone(ctl), data...)) {
+				t.Fatalf("%d writes, want the %s and the data in one", len(w), tc.name)
+			}
+		})
+		t.Run(tc.name+" alone goes within lazyWait", func(t *testing.T) {
+			log := &writeLog{}
+			c := MuxConn(log)
+			defer c.Close()
+			ctl := withFlags(yamuxFrame(1, 1, nil, tc.delta), tc.flags)
+			start := time.Now()
+			mustWrite(t, c, ctl)
+			log.settle(t, len(ctl))
+			if waited := time.Since(start); waited < lazyWait/2 {
+				t.Errorf("went out after %v, want about %v", waited, lazyWait)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name string
+		f    []byte
+	}{
+		{"a plain window update", yamuxFrame(1, 1, nil, 1<<20)},
+		{"a reset", withFlags(yamuxFrame(1, 1, nil, 0), rst)},
+		{"a reset with a close", withFlags(yamuxFrame(1, 1, nil, 0), rst|fin)},
+		{"an empty data frame that closes", withFlags(yamuxFrame(0, 1, nil, 0), fin)},
+	} {
+		t.Run(tc.name+" never waits", func(t *testing.T) {
+			log := &writeLog{}
+			c := MuxConn(log)
+			defer c.Close()
+			start := time.Now()
+			mustWrite(t, c, tc.f)
+			log.settle(t, len(tc.f))
+			if waited := time.Since(start); waited >= lazyWait {
+				t.Errorf("waited %v", waited)
+			}
+		})
+	}
+
+	t.Run("close writes a waiting frame", func(t *testing.T) {
+		log := &writeLog{}
+		c := MuxConn(log)
+		ctl := withFlags(yamuxFrame(1, 1, nil, 0), fin)
+		mustWrite(t, c, ctl)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(log.snapshot(), nil); !bytes.Equal(got, ctl) {
+			t.Fatalf("after Close: %q", got)
+		}
+	})
+}

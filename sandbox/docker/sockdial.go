@@ -77,15 +77,25 @@ func dialAgent(ctx context.Context, socketDir string, ss socketSetup) (net.Conn,
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &socketConn{Conn: conn}, nil
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("dial agent socket: got a %T", conn)
+	}
+	return &socketConn{Conn: uc, uc: uc}, nil
 }
 
 // socketConn is a connection to an agent's socket. Like the exec stream, it may be
-// closed more than once, and Close never fails.
+// closed more than once, and Close never fails. The agent client may take the
+// workspace root from it (agent.UnixConner).
 type socketConn struct {
 	net.Conn
+	uc   *net.UnixConn
 	once sync.Once
 }
+
+// UnixConn implements agent.UnixConner.
+func (c *socketConn) UnixConn() *net.UnixConn { return c.uc }
 
 func (c *socketConn) Close() error {
 	c.once.Do(func() { c.Conn.Close() })

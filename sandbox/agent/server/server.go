@@ -142,7 +142,15 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 		s.log.Warn("refused host with another protocol", "host_protocol", peer.Protocol, "host_version", peer.Version)
 		return
 	}
-	if err := agent.WriteHello(conn, ours); err != nil {
+	if uc, ok := conn.(*net.UnixConn); ok && peer.Root {
+		// The host shares this kernel: it gets the workspace root to read from itself
+		// (agent/local.go), with the identity to read as.
+		ours.Dir, ours.UID, ours.GID = s.ws.dir, os.Getuid(), os.Getgid()
+		err = agent.WriteHelloRights(uc, ours, s.ws.fd)
+	} else {
+		err = agent.WriteHello(conn, ours)
+	}
+	if err != nil {
 		return
 	}
 	sess, err := yamux.Server(agent.MuxConn(conn), agent.YamuxConfig())
@@ -249,6 +257,17 @@ func (s *Server) serveStream(st *yamux.Stream) {
 			res, err = s.settle(ctx, h, res, err, r)
 		}
 	}
+	done, out := doneFrame(res, err)
+	if oc != nil {
+		s.seen.finish(h.ID, oc, done, out)
+	}
+	if err := r.send(done, out); err != nil {
+		s.log.Warn("answer not sent", "op", h.Op, "err", err)
+	}
+}
+
+// doneFrame is the frame that ends a call: its result (and body), or its error.
+func doneFrame(res any, err error) (*agent.Header, []byte) {
 	done := &agent.Header{Done: true}
 	var out []byte
 	if bc, ok := res.(agent.BodyCarrier); ok && err == nil {
@@ -261,12 +280,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 			done.Error = wireError(err)
 		}
 	}
-	if oc != nil {
-		s.seen.finish(h.ID, oc, done, out)
-	}
-	if err := r.send(done, out); err != nil {
-		s.log.Warn("answer not sent", "op", h.Op, "err", err)
-	}
+	return done, out
 }
 
 // responder serialises the frames one call sends back, and holds a streamed request body.

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Local reads. On the socket path the host and the agent share a kernel, so the agent
+// can hand the host its workspace root as a descriptor (SCM_RIGHTS, with its Hello).
+// The host then answers reads and stats itself, running the agent's own code (package
+// server) on that descriptor: no wake-up of the agent's process, no trip through the
+// multiplexer. Everything that changes the workspace, runs a command or keeps state
+// still goes to the agent.
+//
+// The descriptor names the agent's /workspace, so what the host opens beneath it is
+// what the agent would open; the host opens with the agent's file-system identity (see
+// server.OpenLocal), so it reads no file the agent could not.
+
+// Local answers some calls in the host's own process.
+type Local interface {
+	// Answer runs one call and writes its encoded answer frames to w as they come
+	// (events, then the done frame; whole frames in each Write). ok false, with nothing
+	// written: the call must go to the agent (an operation Local does not serve, or a
+	// failure only the agent can judge, such as a permission refused to the host).
+	Answer(ctx context.Context, h *Header, body []byte, w io.Writer) (ok bool)
+	Close() error
+}
+
+// LocalOpener makes a Local from the workspace root the agent sent and the agent's
+// Hello (its directory and identity). It takes ownership of root.
+type LocalOpener func(root *os.File, agent Hello) (Local, error)
+
+// WithLocal lets a client answer reads and stats locally where the agent sends its
+// workspace root (a unix socket in the same kernel).
+func (c *Client) WithLocal(open LocalOpener) *Client {
+	c.localOpen = open
+	return c
+}
+
+// UnixConner is a dialed connection that is a unix socket underneath.
+type UnixConner interface {
+	UnixConn() *net.UnixConn
+}
+
+// localOp says which operations Local may answer: the reads that keep no state.
+func localOp(op string) bool {
+	return op == OpRead || op == OpStat
+}
+
+// rightsReader reads the Hello from a unix socket and keeps the descriptor that comes
+// with it. A peer may attach at most one; extra ones are closed.
+type rightsReader struct {
+	c    *net.UnixConn
+	root *os.File
+}
+
+func (r *rightsReader) Read(p []byte) (int, error) {
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := r.c.ReadMsgUnix(p, oob)
+	if oobn > 0 {
+		r.take(oob[:oobn])
+	}
+	return n, err
+}
+
+func (r *rightsReader) take(oob []byte) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if r.root == nil && fd >= 0 {
+				r.root = os.NewFile(uintptr(fd), "agent workspace root")
+			} else {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+// CheckRoot makes sure a descriptor the agent sent is a directory on an ordinary file
+// system (not proc, sys or cgroup, whose files answer for processes rather than hold
+// a workspace's contents).
+func CheckRoot(root *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(root.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return errors.New("the agent's workspace root is not a directory")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(root.Fd()), &fs); err != nil {
+		return err
+	}
+	switch fs.Type {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC:
+		return fmt.Errorf("the agent's workspace root is on a %#x file system", fs.Type)
+	}
+	return nil
+}
+
+// callLocal answers a call with Local when it can (ok false: send it to the agent).
+func (c *Client) callLocal(ctx context.Context, op string, req *Header, body []byte, onEvent EventFunc, result any) (err error, ok bool) {
+	c.mu.Lock()
+	l := c.local
+	c.mu.Unlock()
+	if l == nil {
+		return nil, false
+	}
+	sink := &frameSink{op: op, onEvent: onEvent, result: result}
+	if !l.Answer(ctx, req, body, sink) {
+		return nil, false
+	}
+	if !sink.done && sink.err == nil {
+		sink.err = fmt.Errorf("%s: the local answer ended without its done frame", op)
+	}
+	return sink.err, true
+}
+
+// frameSink takes a local answer's frames as they are written, as a stream's reader
+// would.
+type frameSink struct {
+	op      string
+	onEvent EventFunc
+	result  any
+	done    bool
+	err     error
+}
+
+func (s *frameSink) Write(p []byte) (int, error) {
+	if s.done || s.err != nil {
+		return 0, io.ErrClosedPipe
+	}
+	r := bytes.NewReader(p)
+	for r.Len() > 0 {
+		h, data, err := ReadFrame(r)
+		if err != nil {
+			s.err = fmt.Errorf("%s: local answer: %w", s.op, err)
+			return 0, s.err
+		}
+		if s.done, s.err = takeFrame(h, data, s.op, s.onEvent, s.result, new(bool)); s.done || s.err != nil {
+			if !s.done {
+				return 0, s.err // the event handler failed: the reader stops
+			}
+			break
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,175 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server"
+)
+
+// unixConn is a dialed unix socket that offers itself for the workspace root, as the
+// Docker driver's socket connection does.
+type unixConn struct {
+	net.Conn
+	uc *net.UnixConn
+}
+
+func (c unixConn) UnixConn() *net.UnixConn { return c.uc }
+
+// countingLocal counts the calls its Local answered.
+type countingLocal struct {
+	agent.Local
+	n *atomic.Int64
+}
+
+func (l countingLocal) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
+	ok := l.Local.Answer(ctx, h, body, w)
+	if ok {
+		l.n.Add(1)
+	}
+	return ok
+}
+
+// socketAgent serves an agent on a real unix socket and returns a client with local
+// reads, the workspace, and the count of calls answered locally.
+func socketAgent(t *testing.T) (*agent.Client, string, *atomic.Int64) {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := server.New(server.Config{Root: dir, Version: "test"})
+	must(t, err)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", sock)
+	must(t, err)
+	go func() { _ = srv.Serve(l) }()
+	var n atomic.Int64
+	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", sock)
+		if err != nil {
+			return nil, err
+		}
+		return unixConn{c, c.(*net.UnixConn)}, nil
+	}
+	c := agent.NewClient(dial, "test", nil).WithLocal(func(root *os.File, peer agent.Hello) (agent.Local, error) {
+		lo, err := server.OpenLocal(root, peer)
+		if err != nil {
+			return nil, err
+		}
+		return countingLocal{lo, &n}, nil
+	})
+	t.Cleanup(func() { c.Close(); l.Close(); srv.Close() })
+	return c, dir, &n
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("local reads need root (to take the agent's identity); CI runs as root")
+		}
+		t.Skip("local reads need root")
+	}
+}
+
+// Reads and stats over a unix socket are answered in the host's process, with the
+// agent's answers: the same content, the same refusals of the guard, and the same
+// errors. Changes still go to the agent, and a read right after one sees it.
+func TestLocalReads(t *testing.T) {
+	requireRoot(t)
+	c, dir, local := socketAgent(t)
+	ctx := ctxT(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB: many chunks
+	must(t, os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, ".env"), []byte("SECRET=1\n"), 0o644))
+	must(t, os.Link(filepath.Join(dir, ".env"), filepath.Join(dir, "alias.txt")))
+	must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "out")))
+	must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+	g := &guard.Guard{Deny: []string{".env"}}
+
+	got, res, err := c.ReadFile(ctx, agent.ReadArgs{Path: "big.bin", Hash: true})
+	if err != nil || !bytes.Equal(got, big) || res.N != int64(len(big)) {
+		t.Fatalf("read big.bin: %d bytes, %+v, %v", len(got), res, err)
+	}
+	if local.Load() == 0 {
+		t.Fatal("the read went to the agent: no local answer")
+	}
+	if fi, err := c.Stat(ctx, agent.StatArgs{Path: "a.txt"}); err != nil || fi.Size != 6 {
+		t.Fatalf("stat a.txt = %+v, %v", fi, err)
+	}
+
+	before := local.Load()
+	for _, tc := range []struct {
+		path string
+		want error
+	}{
+		{".env", agent.ErrDenied},      // denied by name
+		{"alias.txt", agent.ErrDenied}, // a hard link of a denied file
+		{"out", agent.ErrTraversal},    // a symlink out of the workspace
+		{"../etc/passwd", agent.ErrTraversal},
+		{"missing.txt", agent.ErrNotFound},
+		{"sub", agent.ErrIsDir},
+	} {
+		if _, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: tc.path, Guard: g}); !errors.Is(err, tc.want) {
+			t.Errorf("read %s = %v, want %v", tc.path, err, tc.want)
+		}
+	}
+	if local.Load() == before {
+		t.Error("refusals went to the agent: no local answer")
+	}
+
+	if _, err := c.WriteFile(ctx, agent.WriteArgs{Path: "a.txt", Create: true}, []byte("beta\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "a.txt"}); err != nil || string(got) != "beta\n" {
+		t.Fatalf("read after write = %q, %v", got, err)
+	}
+}
+
+// The host reads as the agent's identity: a file the agent's uid may not read is not
+// read locally (the call goes to the agent, which refuses it), one it may read is.
+func TestLocalReadsTakeTheAgentsIdentity(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "private"), []byte("root only"), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "public"), []byte("anyone"), 0o644))
+	root, err := os.Open(dir)
+	must(t, err)
+	lo, err := server.OpenLocal(root, agent.Hello{Dir: "/workspace", UID: 65534, GID: 65534})
+	must(t, err)
+	defer lo.Close()
+	read := func(p string) (string, bool) {
+		var out bytes.Buffer
+		var buf bytes.Buffer
+		ok := lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"` + p + `"}`)}, nil, &buf)
+		for r := bytes.NewReader(buf.Bytes()); r.Len() > 0; {
+			h, data, err := agent.ReadFrame(r)
+			must(t, err)
+			if h.Event == agent.EventData {
+				out.Write(data)
+			}
+		}
+		return out.String(), ok
+	}
+	if got, ok := read("private"); ok {
+		t.Fatalf("a 0600 file of root was answered locally for uid 65534: %q", got)
+	}
+	if got, ok := read("public"); !ok || got != "anyone" {
+		t.Fatalf("a 0644 file = %q, %v", got, ok)
+	}
+	// Only reads and stats are served: anything else is the agent's.
+	var buf bytes.Buffer
+	if lo.Answer(ctxT(t), &agent.Header{Op: agent.OpWrite, Args: []byte(`{"path":"public"}`)}, []byte("x"), &buf) || buf.Len() > 0 {
+		t.Fatal("a write was answered locally")
+	}
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"runtime"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+)
+
+// OpenLocal serves reads and stats in the host's own process (see agent.Local) with
+// the agent's own handlers, on root: the agent's workspace directory, sent by the
+// agent. Every open runs on a thread that has taken the agent's file-system identity
+// (fsuid, fsgid, no supplementary groups), so the host reads nothing the agent could
+// not. A host that cannot take that identity (it is not root) gets an error, and its
+// reads go to the agent.
+func OpenLocal(root *os.File, peer agent.Hello) (agent.Local, error) {
+	fail := func(err error) (agent.Local, error) {
+		root.Close()
+		return nil, err
+	}
+	if !path.IsAbs(peer.Dir) || peer.UID < 0 || peer.GID < 0 {
+		return fail(fmt.Errorf("the agent's handshake has no usable directory and identity (%q, %d:%d)", peer.Dir, peer.UID, peer.GID))
+	}
+	if err := identityWorkers(); err != nil {
+		return fail(err)
+	}
+	fd := int(root.Fd())
+	r, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return fail(err)
+	}
+	ws := &workspace{dir: path.Clean(peer.Dir), root: r, fd: fd}
+	s := &Server{log: slog.New(slog.DiscardHandler), ws: ws, idle: newIdleRelease(0)}
+	s.ops = map[string]handler{agent.OpRead: s.read, agent.OpStat: s.stat}
+	return &local{s: s, file: root, uid: peer.UID, gid: peer.GID}, nil
+}
+
+type local struct {
+	s        *Server
+	file     *os.File // the descriptor ws.fd is; kept so that it stays open
+	uid, gid int
+	once     sync.Once
+}
+
+func (l *local) Close() error {
+	l.once.Do(func() {
+		l.s.ws.root.Close()
+		l.file.Close()
+	})
+	return nil
+}
+
+// writeCounter remembers whether anything was written.
+type writeCounter struct {
+	w       io.Writer
+	written bool
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.written = true
+	return c.w.Write(p)
+}
+
+func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
+	op, ok := l.s.ops[h.Op]
+	if !ok || h.Stream || h.ID != "" {
+		return false
+	}
+	wc := &writeCounter{w: w}
+	r := &responder{w: wc}
+	var res any
+	var err error
+	if !asIdentity(l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
+		return false
+	}
+	if errors.Is(err, fs.ErrPermission) && !wc.written && len(r.held) == 0 {
+		return false // refused to the host: the agent is the judge
+	}
+	done, out := doneFrame(res, err)
+	_ = r.send(done, out)
+	return true
+}
+
+// The identity workers: threads locked for good, each without supplementary groups,
+// that take a call's fsuid and fsgid before running it. A thread's credentials are its
+// own under Linux (the raw syscalls change only the calling thread), so the rest of
+// the process keeps its own.
+const identityThreads = 8
+
+type identityJob struct {
+	uid, gid int
+	fn       func()
+	ok       chan bool
+}
+
+var identity struct {
+	once sync.Once
+	err  error
+	jobs chan identityJob
+}
+
+// identityWorkers starts the workers once, and says whether this process can take
+// another identity at all.
+func identityWorkers() error {
+	identity.once.Do(func() {
+		identity.jobs = make(chan identityJob)
+		ready := make(chan error, identityThreads)
+		for range identityThreads {
+			go identityWorker(ready)
+		}
+		for range identityThreads {
+			if err := <-ready; err != nil && identity.err == nil {
+				identity.err = err
+			}
+		}
+	})
+	return identity.err
+}
+
+func identityWorker(ready chan<- error) {
+	runtime.LockOSThread() // never unlocked: the thread dies with its credentials
+	if err := unix.Setgroups(nil); err != nil {
+		ready <- fmt.Errorf("local reads need CAP_SETGID to read as the agent: %w", err)
+		return
+	}
+	if !takeIdentity(65534, 65534) {
+		ready <- errors.New("local reads need CAP_SETUID and CAP_SETGID to read as the agent")
+		return
+	}
+	ready <- nil
+	for j := range identity.jobs {
+		if !takeIdentity(j.uid, j.gid) {
+			j.ok <- false
+			continue
+		}
+		j.fn()
+		j.ok <- true
+	}
+}
+
+// takeIdentity sets this thread's fsgid and fsuid and reports whether both took (the
+// calls return the previous value; asking again returns the current one).
+func takeIdentity(uid, gid int) bool {
+	_, _ = unix.SetfsgidRetGid(gid)
+	if cur, _ := unix.SetfsgidRetGid(gid); cur != gid {
+		return false
+	}
+	_, _ = unix.SetfsuidRetUid(uid)
+	cur, _ := unix.SetfsuidRetUid(uid)
+	return cur == uid
+}
+
+// asIdentity runs fn on an identity worker as uid:gid. false: fn did not run.
+func asIdentity(uid, gid int, fn func()) bool {
+	if identity.err != nil || identity.jobs == nil {
+		return false
+	}
+	j := identityJob{uid: uid, gid: gid, fn: fn, ok: make(chan bool, 1)}
+	identity.jobs <- j
+	return <-j.ok
+}
