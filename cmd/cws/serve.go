@@ -124,7 +124,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	defer driver.Close()
 
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
-		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads)})
+		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log)})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {
@@ -247,10 +247,25 @@ func indexAt(s string) int {
 	return -1
 }
 
-// localReads is the opener of local reads, or nil when they are off.
-func localReads(on bool) agent.LocalOpener {
-	if !on {
+// localReads is the opener of local reads, or nil when they are off or this process
+// cannot take the agents' identity (then it says so once).
+func localReads(on bool, transport string, log *slog.Logger) agent.LocalOpener {
+	switch {
+	case !on:
+		log.Info("local reads off (--local-reads=false): every read goes to the agent")
+		return nil
+	case transport != docker.TransportSocket:
 		return nil
 	}
+	if err := server.LocalReadsAvailable(); err != nil {
+		log.Info("local reads off: every read goes to the agent", "why", err, "hint", "run cws as root for reads that skip the agent, or set --local-reads=false")
+		return nil
+	}
+	log.Info("local reads on: readFile and stat are answered through each agent's workspace root")
 	return server.OpenLocal
+}
+
+func transportName(d *docker.Driver) string {
+	name, _ := d.Transport()
+	return name
 }

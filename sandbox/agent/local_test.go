@@ -173,3 +173,52 @@ func TestLocalReadsTakeTheAgentsIdentity(t *testing.T) {
 		t.Fatal("a write was answered locally")
 	}
 }
+
+// closeOnWrite closes a Local at the first frame it receives.
+type closeOnWrite struct {
+	lo   agent.Local
+	once bool
+	buf  bytes.Buffer
+}
+
+func (w *closeOnWrite) Write(p []byte) (int, error) {
+	if !w.once {
+		w.once = true
+		w.lo.Close()
+	}
+	return w.buf.Write(p)
+}
+
+// A Local closed while a read runs (the client dropped a broken session) finishes that
+// read whole; calls after Close go to the agent.
+func TestLocalCloseDuringRead(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("x"), 3<<20)
+	must(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o644))
+	root, err := os.Open(dir)
+	must(t, err)
+	lo, err := server.OpenLocal(root, agent.Hello{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid()})
+	must(t, err)
+	w := &closeOnWrite{lo: lo}
+	if !lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, w) {
+		t.Fatal("the read went to the agent")
+	}
+	var got bytes.Buffer
+	for r := bytes.NewReader(w.buf.Bytes()); r.Len() > 0; {
+		h, data, err := agent.ReadFrame(r)
+		must(t, err)
+		if h.Done && h.Error != nil {
+			t.Fatalf("read closed under it: %v", h.Error)
+		}
+		if h.Event == agent.EventData {
+			got.Write(data)
+		}
+	}
+	if !bytes.Equal(got.Bytes(), big) {
+		t.Fatalf("read %d of %d bytes", got.Len(), len(big))
+	}
+	if lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, io.Discard) {
+		t.Fatal("a read after Close was answered locally")
+	}
+}

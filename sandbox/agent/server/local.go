@@ -50,15 +50,49 @@ type local struct {
 	s        *Server
 	file     *os.File // the descriptor ws.fd is; kept so that it stays open
 	uid, gid int
-	once     sync.Once
+
+	// Close may come while calls run (the client drops a broken session): the root is
+	// closed when the last of them ends, and calls that come after Close go to the agent.
+	mu      sync.Mutex
+	running int
+	closing bool
 }
 
 func (l *local) Close() error {
-	l.once.Do(func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closing {
+		l.closing = true
+		l.closeIfIdle()
+	}
+	return nil
+}
+
+// closeIfIdle closes the root once closing and no call runs. Called with mu.
+func (l *local) closeIfIdle() {
+	if l.closing && l.running == 0 && l.file != nil {
 		l.s.ws.root.Close()
 		l.file.Close()
-	})
-	return nil
+		l.file = nil
+	}
+}
+
+// enter counts a call in, or says that the root is closing.
+func (l *local) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return false
+	}
+	l.running++
+	return true
+}
+
+func (l *local) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running--
+	l.closeIfIdle()
 }
 
 // writeCounter remembers whether anything was written.
@@ -74,9 +108,10 @@ func (c *writeCounter) Write(p []byte) (int, error) {
 
 func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
 	op, ok := l.s.ops[h.Op]
-	if !ok || h.Stream || h.ID != "" {
+	if !ok || h.Stream || h.ID != "" || !l.enter() {
 		return false
 	}
+	defer l.leave()
 	wc := &writeCounter{w: w}
 	r := &responder{w: wc}
 	var res any
@@ -170,3 +205,7 @@ func asIdentity(uid, gid int, fn func()) bool {
 	identity.jobs <- j
 	return <-j.ok
 }
+
+// LocalReadsAvailable says whether this process can serve local reads (it can take
+// another file-system identity); the error says why not.
+func LocalReadsAvailable() error { return identityWorkers() }
