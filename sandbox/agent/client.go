@@ -98,11 +98,14 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	ours := Hello{Protocol: ProtocolVersion, Version: c.version}
 	var rights *rightsReader
+	var target LocalTarget
 	var rd io.Reader = conn
 	if uc, ok := conn.(UnixConner); ok && c.localOpen != nil {
-		ours.Root = true
-		rights = &rightsReader{c: uc.UnixConn()}
-		rd = rights
+		if t, ok := uc.LocalTarget(); ok {
+			ours.Root, target = true, t
+			rights = &rightsReader{c: uc.UnixConn()}
+			rd = rights
+		}
 	}
 	peer, err := handshake(ctx, conn, rd, ours)
 	if err != nil {
@@ -119,7 +122,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	c.closeLocal()
 	if rights != nil && rights.root != nil {
-		c.local = c.openLocal(rights.root, peer)
+		c.local = c.openLocal(rights.root, target)
 	}
 	c.sess, c.peer = sess, peer
 	c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)
@@ -128,13 +131,13 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 
 // openLocal makes the local reader from the root the agent sent, or returns nil (and
 // every call goes to the agent) when it cannot be used.
-func (c *Client) openLocal(root *os.File, peer Hello) Local {
-	if err := CheckRoot(root); err != nil {
+func (c *Client) openLocal(root *os.File, t LocalTarget) Local {
+	if err := CheckRoot(root, t); err != nil {
 		root.Close()
-		c.log.Warn("the agent sent an unusable workspace root; reads go to the agent", "err", err)
+		c.log.Warn("refused the workspace root the agent sent; reads go to the agent", "err", err)
 		return nil
 	}
-	l, err := c.localOpen(root, peer)
+	l, err := c.localOpen(root, t)
 	if err != nil {
 		c.log.Debug("local reads unavailable; reads go to the agent", "err", err)
 		return nil

@@ -59,13 +59,8 @@ type Hello struct {
 	Error    string `json:"error,omitempty"`
 
 	// Root, from a host on a unix socket: send the workspace root's descriptor with the
-	// answer (see local reads in client.go). An agent that does not know it ignores it.
+	// answer, as SCM_RIGHTS (see local.go). An agent that does not know it ignores it.
 	Root bool `json:"root,omitempty"`
-	// The agent's answer to Root: its workspace directory and the identity it works as.
-	// The descriptor comes as SCM_RIGHTS with the answer's bytes.
-	Dir string `json:"dir,omitempty"`
-	UID int    `json:"uid,omitempty"`
-	GID int    `json:"gid,omitempty"`
 }
 
 // WriteHelloRights writes the handshake frame with a descriptor attached.

@@ -19,9 +19,20 @@ import (
 // multiplexer. Everything that changes the workspace, runs a command or keeps state
 // still goes to the agent.
 //
-// The descriptor names the agent's /workspace, so what the host opens beneath it is
-// what the agent would open; the host opens with the agent's file-system identity (see
-// server.OpenLocal), so it reads no file the agent could not.
+// Nothing the peer says is trusted: whatever sits at the socket may be a process of
+// the workspace's user posing as the agent. The host takes the descriptor only if it is
+// the very directory it knows as the workspace (device and inode of the volume, from
+// the engine), and reads as the identity the container was made with (LocalTarget),
+// never one the peer names.
+
+// LocalTarget is what the host knows of a workspace, from the engine: its directory
+// as the agent sees it, the uid:gid its tools run as, and the device and inode of its
+// root on the host.
+type LocalTarget struct {
+	Dir      string
+	UID, GID int
+	Dev, Ino uint64
+}
 
 // Local answers some calls in the host's own process.
 type Local interface {
@@ -33,9 +44,9 @@ type Local interface {
 	Close() error
 }
 
-// LocalOpener makes a Local from the workspace root the agent sent and the agent's
-// Hello (its directory and identity). It takes ownership of root.
-type LocalOpener func(root *os.File, agent Hello) (Local, error)
+// LocalOpener makes a Local from the workspace root the agent sent, checked against
+// target. It takes ownership of root.
+type LocalOpener func(root *os.File, target LocalTarget) (Local, error)
 
 // WithLocal lets a client answer reads and stats locally where the agent sends its
 // workspace root (a unix socket in the same kernel).
@@ -44,9 +55,11 @@ func (c *Client) WithLocal(open LocalOpener) *Client {
 	return c
 }
 
-// UnixConner is a dialed connection that is a unix socket underneath.
+// UnixConner is a dialed connection that is a unix socket underneath, to a workspace
+// the dialer knows (ok false: it does not, and reads go to the agent).
 type UnixConner interface {
 	UnixConn() *net.UnixConn
+	LocalTarget() (t LocalTarget, ok bool)
 }
 
 // localOp says which operations Local may answer: the reads that keep no state.
@@ -90,24 +103,18 @@ func (r *rightsReader) take(oob []byte) {
 	}
 }
 
-// CheckRoot makes sure a descriptor the agent sent is a directory on an ordinary file
-// system (not proc, sys or cgroup, whose files answer for processes rather than hold
-// a workspace's contents).
-func CheckRoot(root *os.File) error {
+// CheckRoot makes sure a descriptor the agent sent is the workspace's root directory:
+// the same device and inode as the engine's workspace directory.
+func CheckRoot(root *os.File, t LocalTarget) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(root.Fd()), &st); err != nil {
 		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return errors.New("the agent's workspace root is not a directory")
+		return errors.New("the descriptor the agent sent is not a directory")
 	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(int(root.Fd()), &fs); err != nil {
-		return err
-	}
-	switch fs.Type {
-	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC:
-		return fmt.Errorf("the agent's workspace root is on a %#x file system", fs.Type)
+	if uint64(st.Dev) != t.Dev || st.Ino != t.Ino {
+		return fmt.Errorf("the directory the agent sent (device %d, inode %d) is not the workspace (device %d, inode %d)", st.Dev, st.Ino, t.Dev, t.Ino)
 	}
 	return nil
 }

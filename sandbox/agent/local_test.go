@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -20,10 +21,20 @@ import (
 // Docker driver's socket connection does.
 type unixConn struct {
 	net.Conn
-	uc *net.UnixConn
+	uc     *net.UnixConn
+	target agent.LocalTarget
 }
 
-func (c unixConn) UnixConn() *net.UnixConn { return c.uc }
+func (c unixConn) UnixConn() *net.UnixConn                { return c.uc }
+func (c unixConn) LocalTarget() (agent.LocalTarget, bool) { return c.target, true }
+
+// targetOf is the LocalTarget of dir, read as the current user.
+func targetOf(t *testing.T, dir string) agent.LocalTarget {
+	t.Helper()
+	var st syscall.Stat_t
+	must(t, syscall.Stat(dir, &st))
+	return agent.LocalTarget{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid(), Dev: uint64(st.Dev), Ino: st.Ino}
+}
 
 // countingLocal counts the calls its Local answered.
 type countingLocal struct {
@@ -40,10 +51,15 @@ func (l countingLocal) Answer(ctx context.Context, h *agent.Header, body []byte,
 }
 
 // socketAgent serves an agent on a real unix socket and returns a client with local
-// reads, the workspace, and the count of calls answered locally.
-func socketAgent(t *testing.T) (*agent.Client, string, *atomic.Int64) {
+// reads, the workspace, and the count of calls answered locally. The client's target
+// is the workspace (or, with wrongTarget, another directory).
+func socketAgent(t *testing.T, wrongTarget bool) (*agent.Client, string, *atomic.Int64) {
 	t.Helper()
 	dir := t.TempDir()
+	target := targetOf(t, dir)
+	if wrongTarget {
+		target = targetOf(t, t.TempDir())
+	}
 	srv, err := server.New(server.Config{Root: dir, Version: "test"})
 	must(t, err)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
@@ -57,10 +73,10 @@ func socketAgent(t *testing.T) (*agent.Client, string, *atomic.Int64) {
 		if err != nil {
 			return nil, err
 		}
-		return unixConn{c, c.(*net.UnixConn)}, nil
+		return unixConn{c, c.(*net.UnixConn), target}, nil
 	}
-	c := agent.NewClient(dial, "test", nil).WithLocal(func(root *os.File, peer agent.Hello) (agent.Local, error) {
-		lo, err := server.OpenLocal(root, peer)
+	c := agent.NewClient(dial, "test", nil).WithLocal(func(root *os.File, target agent.LocalTarget) (agent.Local, error) {
+		lo, err := server.OpenLocal(root, target)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +101,7 @@ func requireRoot(t *testing.T) {
 // errors. Changes still go to the agent, and a read right after one sees it.
 func TestLocalReads(t *testing.T) {
 	requireRoot(t)
-	c, dir, local := socketAgent(t)
+	c, dir, local := socketAgent(t, false)
 	ctx := ctxT(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB: many chunks
 	must(t, os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644))
@@ -145,7 +161,7 @@ func TestLocalReadsTakeTheAgentsIdentity(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "public"), []byte("anyone"), 0o644))
 	root, err := os.Open(dir)
 	must(t, err)
-	lo, err := server.OpenLocal(root, agent.Hello{Dir: "/workspace", UID: 65534, GID: 65534})
+	lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: 65534, GID: 65534})
 	must(t, err)
 	defer lo.Close()
 	read := func(p string) (string, bool) {
@@ -198,7 +214,7 @@ func TestLocalCloseDuringRead(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o644))
 	root, err := os.Open(dir)
 	must(t, err)
-	lo, err := server.OpenLocal(root, agent.Hello{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid()})
+	lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid()})
 	must(t, err)
 	w := &closeOnWrite{lo: lo}
 	if !lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, w) {
@@ -220,5 +236,19 @@ func TestLocalCloseDuringRead(t *testing.T) {
 	}
 	if lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, io.Discard) {
 		t.Fatal("a read after Close was answered locally")
+	}
+}
+
+// A descriptor that is not the workspace the host knows (whatever sits at the socket
+// may pose as the agent) is refused: every read goes to the agent.
+func TestLocalReadsRefuseAnotherRoot(t *testing.T) {
+	requireRoot(t)
+	c, dir, local := socketAgent(t, true)
+	must(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha\n"), 0o644))
+	if got, _, err := c.ReadFile(ctxT(t), agent.ReadArgs{Path: "a.txt"}); err != nil || string(got) != "alpha\n" {
+		t.Fatalf("read = %q, %v", got, err)
+	}
+	if n := local.Load(); n != 0 {
+		t.Fatalf("%d calls were answered through a root that is not the workspace", n)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +113,9 @@ func (d *Driver) attachSocket(ctx context.Context, c container.InspectResponse, 
 	for {
 		conn, err := dialAgent(ctx, d.socketDir, ss)
 		if err == nil {
+			if sc, ok := conn.(*socketConn); ok {
+				sc.target, sc.hasTarget = localTarget(c)
+			}
 			return conn, nil
 		}
 		notYet := errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)
@@ -146,4 +151,37 @@ func (b *bridge) Close() error {
 		b.pr.CloseWithError(io.ErrClosedPipe)
 	})
 	return nil
+}
+
+// localTarget is what cws knows of c's workspace for local reads (agent.LocalTarget):
+// its workspace volume's directory on this host (device and inode) and the uid:gid its
+// tools run as. ok false when cws cannot see that directory (cws in a container without
+// the engine's volumes, a tmpfs workspace): reads then go to the agent.
+func localTarget(c container.InspectResponse) (t agent.LocalTarget, ok bool) {
+	uid, gid, ok := parseUser(toolUser(c))
+	if !ok {
+		return t, false
+	}
+	for _, m := range c.Mounts {
+		if m.Destination != sandbox.WorkspaceDir || m.Type != "volume" || m.Source == "" {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(m.Source, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return t, false
+		}
+		return agent.LocalTarget{Dir: sandbox.WorkspaceDir, UID: uid, GID: gid, Dev: uint64(st.Dev), Ino: st.Ino}, true
+	}
+	return t, false
+}
+
+// parseUser reads a numeric "uid:gid".
+func parseUser(u string) (uid, gid int, ok bool) {
+	a, b, found := strings.Cut(u, ":")
+	if !found {
+		return 0, 0, false
+	}
+	uid, err1 := strconv.Atoi(a)
+	gid, err2 := strconv.Atoi(b)
+	return uid, gid, err1 == nil && err2 == nil && uid >= 0 && gid >= 0
 }

@@ -92,10 +92,15 @@ type socketConn struct {
 	net.Conn
 	uc   *net.UnixConn
 	once sync.Once
+
+	target    agent.LocalTarget // the workspace, for local reads (see localTarget)
+	hasTarget bool
 }
 
-// UnixConn implements agent.UnixConner.
+// UnixConn and LocalTarget implement agent.UnixConner.
 func (c *socketConn) UnixConn() *net.UnixConn { return c.uc }
+
+func (c *socketConn) LocalTarget() (agent.LocalTarget, bool) { return c.target, c.hasTarget }
 
 func (c *socketConn) Close() error {
 	c.once.Do(func() { c.Conn.Close() })

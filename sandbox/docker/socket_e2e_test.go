@@ -13,6 +13,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/version"
 )
 
@@ -58,6 +59,39 @@ func TestSocketTransport(t *testing.T) {
 		data, _, err := cl.ReadFile(t.Context(), agent.ReadArgs{Path: "hello.txt"})
 		if err != nil || string(data) != "over the socket" {
 			t.Fatalf("Read = %q, %v", data, err)
+		}
+	})
+
+	t.Run("local reads", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("local reads need root")
+		}
+		if _, ok := localTarget(c); !ok {
+			t.Fatalf("no local target for a volume workspace: mounts %+v", c.Mounts)
+		}
+		var local, answered int
+		lc := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, info.ID) }, version.Version, nil).
+			WithLocal(func(root *os.File, target agent.LocalTarget) (agent.Local, error) {
+				local++
+				lo, err := server.OpenLocal(root, target)
+				if err != nil {
+					return nil, err
+				}
+				return countAnswers{lo, &answered}, nil
+			})
+		t.Cleanup(func() { lc.Close() })
+		if _, err := cl.WriteFile(t.Context(), agent.WriteArgs{Path: "local.txt", Create: true, Mode: 0o600}, []byte("read by cws")); err != nil {
+			t.Fatal(err)
+		}
+		data, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "local.txt"})
+		if err != nil || string(data) != "read by cws" {
+			t.Fatalf("Read = %q, %v", data, err)
+		}
+		if local != 1 || answered != 1 {
+			t.Fatalf("the workspace root was taken %d times (want 1), %d reads answered locally (want 1)", local, answered)
+		}
+		if _, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "../etc/passwd"}); !errors.Is(err, agent.ErrTraversal) {
+			t.Fatalf("read ../etc/passwd = %v, want ErrTraversal", err)
 		}
 	})
 
@@ -254,4 +288,18 @@ func attachedBy(t *testing.T, d *Driver, id string) string {
 	}
 	t.Fatalf("Attach returned a %T", rw)
 	return ""
+}
+
+// countAnswers counts the calls a Local answered.
+type countAnswers struct {
+	agent.Local
+	n *int
+}
+
+func (l countAnswers) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
+	ok := l.Local.Answer(ctx, h, body, w)
+	if ok {
+		*l.n++
+	}
+	return ok
 }

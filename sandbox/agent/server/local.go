@@ -19,18 +19,18 @@ import (
 )
 
 // OpenLocal serves reads and stats in the host's own process (see agent.Local) with
-// the agent's own handlers, on root: the agent's workspace directory, sent by the
-// agent. Every open runs on a thread that has taken the agent's file-system identity
-// (fsuid, fsgid, no supplementary groups), so the host reads nothing the agent could
-// not. A host that cannot take that identity (it is not root) gets an error, and its
-// reads go to the agent.
-func OpenLocal(root *os.File, peer agent.Hello) (agent.Local, error) {
+// the agent's own handlers, on root: the workspace directory the agent sent, checked
+// against t (agent.CheckRoot). Every open runs on a thread that has taken t's uid and
+// gid as its file-system identity (fsuid, fsgid, no supplementary groups), so the host
+// reads nothing the workspace's tools could not. A host that cannot take that identity
+// (it is not root) gets an error, and its reads go to the agent.
+func OpenLocal(root *os.File, t agent.LocalTarget) (agent.Local, error) {
 	fail := func(err error) (agent.Local, error) {
 		root.Close()
 		return nil, err
 	}
-	if !path.IsAbs(peer.Dir) || peer.UID < 0 || peer.GID < 0 {
-		return fail(fmt.Errorf("the agent's handshake has no usable directory and identity (%q, %d:%d)", peer.Dir, peer.UID, peer.GID))
+	if !path.IsAbs(t.Dir) || t.UID < 0 || t.GID < 0 {
+		return fail(fmt.Errorf("no usable workspace directory and identity (%q, %d:%d)", t.Dir, t.UID, t.GID))
 	}
 	if err := identityWorkers(); err != nil {
 		return fail(err)
@@ -40,10 +40,10 @@ func OpenLocal(root *os.File, peer agent.Hello) (agent.Local, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ws := &workspace{dir: path.Clean(peer.Dir), root: r, fd: fd}
+	ws := &workspace{dir: path.Clean(t.Dir), root: r, fd: fd}
 	s := &Server{log: slog.New(slog.DiscardHandler), ws: ws, idle: newIdleRelease(0)}
 	s.ops = map[string]handler{agent.OpRead: s.read, agent.OpStat: s.stat}
-	return &local{s: s, file: root, uid: peer.UID, gid: peer.GID}, nil
+	return &local{s: s, file: root, uid: t.UID, gid: t.GID}, nil
 }
 
 type local struct {
@@ -116,7 +116,7 @@ func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.W
 	r := &responder{w: wc}
 	var res any
 	var err error
-	if !asIdentity(l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
+	if !asIdentity(ctx, l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
 		return false
 	}
 	if errors.Is(err, fs.ErrPermission) && !wc.written && len(r.held) == 0 {
@@ -196,14 +196,19 @@ func takeIdentity(uid, gid int) bool {
 	return cur == uid
 }
 
-// asIdentity runs fn on an identity worker as uid:gid. false: fn did not run.
-func asIdentity(uid, gid int, fn func()) bool {
+// asIdentity runs fn on an identity worker as uid:gid. false: fn did not run (ctx
+// ended while every worker was busy).
+func asIdentity(ctx context.Context, uid, gid int, fn func()) bool {
 	if identity.err != nil || identity.jobs == nil {
 		return false
 	}
 	j := identityJob{uid: uid, gid: gid, fn: fn, ok: make(chan bool, 1)}
-	identity.jobs <- j
-	return <-j.ok
+	select {
+	case identity.jobs <- j:
+		return <-j.ok
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // LocalReadsAvailable says whether this process can serve local reads (it can take

@@ -144,8 +144,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	}
 	if uc, ok := conn.(*net.UnixConn); ok && peer.Root {
 		// The host shares this kernel: it gets the workspace root to read from itself
-		// (agent/local.go), with the identity to read as.
-		ours.Dir, ours.UID, ours.GID = s.ws.dir, os.Getuid(), os.Getgid()
+		// (agent/local.go).
 		err = agent.WriteHelloRights(uc, ours, s.ws.fd)
 	} else {
 		err = agent.WriteHello(conn, ours)
