@@ -32,7 +32,7 @@ func OpenLocal(root *os.File, t agent.LocalTarget) (agent.Local, error) {
 	if !path.IsAbs(t.Dir) || t.UID < 0 || t.GID < 0 {
 		return fail(fmt.Errorf("no usable workspace directory and identity (%q, %d:%d)", t.Dir, t.UID, t.GID))
 	}
-	if err := identityWorkers(); err != nil {
+	if err := identityCheck(); err != nil {
 		return fail(err)
 	}
 	fd := int(root.Fd())
@@ -127,66 +127,47 @@ func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.W
 	return true
 }
 
-// The identity workers: threads locked for good, each without supplementary groups,
-// that take a call's fsuid and fsgid before running it. A thread's credentials are its
-// own under Linux (the raw syscalls change only the calling thread), so the rest of
-// the process keeps its own.
-const identityThreads = 8
-
-type identityJob struct {
-	uid, gid int
-	fn       func()
-	ok       chan bool
-}
+// The identity switch. A thread's credentials are its own under Linux (the raw
+// syscalls change only the calling thread), so a call locks its goroutine to its
+// thread, takes the workspace's fsuid and fsgid with no supplementary groups, runs, and
+// puts the process's own back before the thread serves anyone else. Were that ever to
+// fail, the thread stays locked to the goroutine and ends with it.
 
 var identity struct {
-	once sync.Once
-	err  error
-	jobs chan identityJob
+	once   sync.Once
+	err    error
+	groups []int // the process's supplementary groups, put back after each call
 }
 
-// identityWorkers starts the workers once, and says whether this process can take
-// another identity at all.
-func identityWorkers() error {
+// identityCheck says, once, whether this process can take another identity at all.
+func identityCheck() error {
 	identity.once.Do(func() {
-		identity.jobs = make(chan identityJob)
-		ready := make(chan error, identityThreads)
-		for range identityThreads {
-			go identityWorker(ready)
+		groups, err := unix.Getgroups()
+		if err != nil {
+			identity.err = err
+			return
 		}
-		for range identityThreads {
-			if err := <-ready; err != nil && identity.err == nil {
-				identity.err = err
-			}
+		identity.groups = groups
+		runtime.LockOSThread()
+		ok := takeIdentity(65534, 65534)
+		if !restoreIdentity() {
+			return // the thread stays locked: this goroutine ends soon
+		}
+		runtime.UnlockOSThread()
+		if !ok {
+			identity.err = errors.New("local reads need CAP_SETUID and CAP_SETGID (root) to read as the workspace's user")
 		}
 	})
 	return identity.err
 }
 
-func identityWorker(ready chan<- error) {
-	runtime.LockOSThread() // never unlocked: the thread dies with its credentials
-	if err := unix.Setgroups(nil); err != nil {
-		ready <- fmt.Errorf("local reads need CAP_SETGID to read as the agent: %w", err)
-		return
-	}
-	if !takeIdentity(65534, 65534) {
-		ready <- errors.New("local reads need CAP_SETUID and CAP_SETGID to read as the agent")
-		return
-	}
-	ready <- nil
-	for j := range identity.jobs {
-		if !takeIdentity(j.uid, j.gid) {
-			j.ok <- false
-			continue
-		}
-		j.fn()
-		j.ok <- true
-	}
-}
-
-// takeIdentity sets this thread's fsgid and fsuid and reports whether both took (the
-// calls return the previous value; asking again returns the current one).
+// takeIdentity drops this thread's supplementary groups and sets its fsgid and fsuid,
+// and reports whether all took (setfs*id return the previous value; asking again
+// returns the current one).
 func takeIdentity(uid, gid int) bool {
+	if unix.Setgroups(nil) != nil {
+		return false
+	}
 	_, _ = unix.SetfsgidRetGid(gid)
 	if cur, _ := unix.SetfsgidRetGid(gid); cur != gid {
 		return false
@@ -196,21 +177,34 @@ func takeIdentity(uid, gid int) bool {
 	return cur == uid
 }
 
-// asIdentity runs fn on an identity worker as uid:gid. false: fn did not run (ctx
-// ended while every worker was busy).
-func asIdentity(ctx context.Context, uid, gid int, fn func()) bool {
-	if identity.err != nil || identity.jobs == nil {
+// restoreIdentity puts the process's own file-system identity back on this thread.
+func restoreIdentity() bool {
+	uid, gid := os.Geteuid(), os.Getegid()
+	_, _ = unix.SetfsuidRetUid(uid)
+	_, _ = unix.SetfsgidRetGid(gid)
+	cu, _ := unix.SetfsuidRetUid(uid)
+	cg, _ := unix.SetfsgidRetGid(gid)
+	return cu == uid && cg == gid && unix.Setgroups(identity.groups) == nil
+}
+
+// asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
+func asIdentity(_ context.Context, uid, gid int, fn func()) (ran bool) {
+	if identityCheck() != nil {
 		return false
 	}
-	j := identityJob{uid: uid, gid: gid, fn: fn, ok: make(chan bool, 1)}
-	select {
-	case identity.jobs <- j:
-		return <-j.ok
-	case <-ctx.Done():
+	runtime.LockOSThread()
+	defer func() {
+		if restoreIdentity() {
+			runtime.UnlockOSThread()
+		}
+	}()
+	if !takeIdentity(uid, gid) {
 		return false
 	}
+	fn()
+	return true
 }
 
 // LocalReadsAvailable says whether this process can serve local reads (it can take
 // another file-system identity); the error says why not.
-func LocalReadsAvailable() error { return identityWorkers() }
+func LocalReadsAvailable() error { return identityCheck() }
