@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -250,5 +252,48 @@ func TestLocalReadsRefuseAnotherRoot(t *testing.T) {
 	}
 	if n := local.Load(); n != 0 {
 		t.Fatalf("%d calls were answered through a root that is not the workspace", n)
+	}
+}
+
+// The identity a local read takes never leaks into the rest of the process: after
+// many reads at once as another uid, every goroutine still opens root's 0600 files.
+func TestLocalReadsPutTheIdentityBack(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "public"), []byte("anyone"), 0o644))
+	mine := filepath.Join(t.TempDir(), "root-only")
+	must(t, os.WriteFile(mine, []byte("cws's own"), 0o600))
+	root, err := os.Open(dir)
+	must(t, err)
+	lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: 65534, GID: 65534})
+	must(t, err)
+	defer lo.Close()
+
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 64 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if !lo.Answer(context.Background(), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"public"}`)}, nil, io.Discard) {
+					failed.Add(1)
+				}
+			}
+		}()
+		go func() { // meanwhile, the process's own reads
+			defer wg.Done()
+			for range 50 {
+				if _, err := os.ReadFile(mine); err != nil {
+					failed.Add(1000)
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d local reads went to the agent, %d of the process's own reads were refused", n%1000, n/1000)
 	}
 }
