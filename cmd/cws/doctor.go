@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
@@ -183,6 +184,14 @@ func (d *doctor) agentTransport(dockerHost, want, socketDir string) {
 	default:
 		d.ok("agent transport: %s: %s", name, why)
 	}
+	if name != docker.TransportSocket {
+		return
+	}
+	if err := server.LocalReadsAvailable(); err != nil {
+		d.skip("local reads: off, readFile and stat go to the agents (%v); run cws as root for reads that skip the agent", err)
+		return
+	}
+	d.ok("local reads: readFile and stat are answered in cws through each workspace's root, as its uid:gid (--local-reads)")
 }
 
 func (d *doctor) agent(path string) {
