@@ -109,20 +109,25 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	peer, err := handshake(ctx, conn, rd, ours)
 	if err != nil {
-		if rights != nil && rights.root != nil {
-			rights.root.Close()
+		if rights != nil {
+			rights.discard()
 		}
 		conn.Close()
 		return nil, err
 	}
 	sess, err := yamux.Client(MuxConn(conn), YamuxConfig())
 	if err != nil {
+		if rights != nil {
+			rights.discard()
+		}
 		conn.Close()
 		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
 	}
 	c.closeLocal()
-	if rights != nil && rights.root != nil {
-		c.local = c.openLocal(rights.root, target)
+	if rights != nil {
+		if root := rights.takeRoot(); root != nil {
+			c.local = c.openLocal(root, target)
+		}
 	}
 	c.sess, c.peer = sess, peer
 	c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)

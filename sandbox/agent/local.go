@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,8 +71,27 @@ func localOp(op string) bool {
 // rightsReader reads the Hello from a unix socket and keeps the descriptor that comes
 // with it. A peer may attach at most one; extra ones are closed.
 type rightsReader struct {
-	c    *net.UnixConn
-	root *os.File
+	c *net.UnixConn
+
+	mu     sync.Mutex // the handshake's reader may outlive a handshake that timed out
+	root   *os.File
+	closed bool
+}
+
+// takeRoot returns the descriptor received, if any; the reader keeps nothing after.
+func (r *rightsReader) takeRoot() *os.File {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	root := r.root
+	r.root, r.closed = nil, true
+	return root
+}
+
+// discard closes what was received and whatever still comes.
+func (r *rightsReader) discard() {
+	if root := r.takeRoot(); root != nil {
+		root.Close()
+	}
 }
 
 func (r *rightsReader) Read(p []byte) (int, error) {
@@ -93,13 +113,15 @@ func (r *rightsReader) take(oob []byte) {
 		if err != nil {
 			continue
 		}
+		r.mu.Lock()
 		for _, fd := range fds {
-			if r.root == nil && fd >= 0 {
+			if r.root == nil && !r.closed && fd >= 0 {
 				r.root = os.NewFile(uintptr(fd), "agent workspace root")
 			} else {
 				unix.Close(fd)
 			}
 		}
+		r.mu.Unlock()
 	}
 }
 
