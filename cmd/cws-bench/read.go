@@ -10,6 +10,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/version"
+	"github.com/cwsdev/cws/workspace/policy"
 )
 
 func init() {
@@ -76,7 +77,7 @@ func benchRead(ctx context.Context, e *env) ([]bench.Row, error) {
 	}
 	localRead := func(path string, size int) func(context.Context) error {
 		return func(ctx context.Context) error {
-			got, _, err := viaLocal.ReadFile(ctx, agent.ReadArgs{Path: path})
+			got, _, err := viaLocal.ReadFile(ctx, agent.ReadArgs{Path: path, MaxSize: policy.DefaultMaxFileSize}) // as readFile asks
 			if err == nil && len(got) != size {
 				err = fmt.Errorf("read %d bytes of %s, want %d", len(got), path, size)
 			}

@@ -68,7 +68,7 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.DurationVar(&c.StoreTimeout, "store-timeout", envDuration(getenv, "CWS_STORE_TIMEOUT", time.Second), "deadline of each session-store (Redis) operation; past it, calls fail fast with a retryable error [CWS_STORE_TIMEOUT]")
 	f.IntVar(&c.TokenCacheSize, "token-cache-size", envInt(getenv, "CWS_TOKEN_CACHE_SIZE", auth.DefaultTokenCacheSize), "verified tokens remembered until their exp (at most 5 min); 0 verifies every request in full [CWS_TOKEN_CACHE_SIZE]")
 	f.IntVar(&c.SessionCacheSize, "session-cache-size", envInt(getenv, "CWS_SESSION_CACHE_SIZE", workspace.DefaultSessionCacheSize), "session records each replica caches for tool calls (kept exact through Redis pub/sub); 0 reads the store on every call [CWS_SESSION_CACHE_SIZE]")
-	f.BoolVar(&c.LocalReads, "local-reads", getenv("CWS_LOCAL_READS") != "false", "on the socket transport, answer readFile and stat in cws itself, through the workspace root each agent sends, as the agent's own uid:gid (needs root, else reads go to the agent) [CWS_LOCAL_READS]")
+	f.BoolVar(&c.LocalReads, "local-reads", !envOff(getenv("CWS_LOCAL_READS")), "on the socket transport, answer readFile and stat in cws itself, through the workspace root each agent sends, as the agent's own uid:gid (needs root, else reads go to the agent) [CWS_LOCAL_READS]")
 	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
 }
 
@@ -193,4 +193,13 @@ func envDuration(getenv func(string) string, key string, def time.Duration) time
 		return -1
 	}
 	return d
+}
+
+// envOff says whether a boolean setting that defaults to on was turned off.
+func envOff(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "false", "0", "no", "off":
+		return true
+	}
+	return false
 }

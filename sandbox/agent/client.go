@@ -211,10 +211,11 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 	}
 	req := &Header{Op: op, Args: raw}
 	if localOp(op) {
-		if _, err := c.session(ctx); err == nil { // a first call connects, and may bring the root
-			if err, ok := c.callLocal(ctx, op, req, body, onEvent, result); ok {
-				return err
-			}
+		if _, err := c.session(ctx); err != nil { // a first call connects, and may bring the root
+			return err // as do would: not a broken stream, nothing to retry
+		}
+		if err, ok := c.callLocal(ctx, op, req, body, onEvent, result); ok {
+			return err
 		}
 	}
 	if deduplicated(op) {

@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
@@ -114,7 +116,8 @@ func TestLocalReads(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
 	g := &guard.Guard{Deny: []string{".env"}}
 
-	got, res, err := c.ReadFile(ctx, agent.ReadArgs{Path: "big.bin", Hash: true})
+	const maxSize = 10 << 20 // as the core tools ask, with the policy's maxFileSize
+	got, res, err := c.ReadFile(ctx, agent.ReadArgs{Path: "big.bin", Hash: true, MaxSize: maxSize})
 	if err != nil || !bytes.Equal(got, big) || res.N != int64(len(big)) {
 		t.Fatalf("read big.bin: %d bytes, %+v, %v", len(got), res, err)
 	}
@@ -137,7 +140,7 @@ func TestLocalReads(t *testing.T) {
 		{"missing.txt", agent.ErrNotFound},
 		{"sub", agent.ErrIsDir},
 	} {
-		if _, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: tc.path, Guard: g}); !errors.Is(err, tc.want) {
+		if _, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: tc.path, Guard: g, MaxSize: maxSize}); !errors.Is(err, tc.want) {
 			t.Errorf("read %s = %v, want %v", tc.path, err, tc.want)
 		}
 	}
@@ -145,11 +148,24 @@ func TestLocalReads(t *testing.T) {
 		t.Error("refusals went to the agent: no local answer")
 	}
 
+	if _, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "big.bin", MaxSize: 1 << 10}); !errors.Is(err, agent.ErrTooLarge) {
+		t.Errorf("read over maxSize = %v, want ErrTooLarge", err)
+	}
+
 	if _, err := c.WriteFile(ctx, agent.WriteArgs{Path: "a.txt", Create: true}, []byte("beta\n")); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "a.txt"}); err != nil || string(got) != "beta\n" {
+	if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "a.txt", MaxSize: maxSize}); err != nil || string(got) != "beta\n" {
 		t.Fatalf("read after write = %q, %v", got, err)
+	}
+
+	// A read with no bound is streamed by the agent (the local path gathers its answer).
+	before = local.Load()
+	if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "big.bin"}); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("unbounded read: %d bytes, %v", len(got), err)
+	}
+	if local.Load() != before {
+		t.Error("a read with no bound was answered locally")
 	}
 }
 
@@ -169,7 +185,7 @@ func TestLocalReadsTakeTheAgentsIdentity(t *testing.T) {
 	read := func(p string) (string, bool) {
 		var out bytes.Buffer
 		var buf bytes.Buffer
-		ok := lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"` + p + `"}`)}, nil, &buf)
+		ok := lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"maxSize":1048576,"path":"` + p + `"}`)}, nil, &buf)
 		for r := bytes.NewReader(buf.Bytes()); r.Len() > 0; {
 			h, data, err := agent.ReadFrame(r)
 			must(t, err)
@@ -192,66 +208,52 @@ func TestLocalReadsTakeTheAgentsIdentity(t *testing.T) {
 	}
 }
 
-// closeOnWrite closes a Local at the first frame it receives.
-type closeOnWrite struct {
-	lo   agent.Local
-	once bool
-	buf  bytes.Buffer
-}
-
-func (w *closeOnWrite) Write(p []byte) (int, error) {
-	if !w.once {
-		w.once = true
-		w.lo.Close()
-	}
-	return w.buf.Write(p)
-}
-
-// A Local closed while a read runs (the client dropped a broken session) finishes that
-// read whole; calls after Close go to the agent.
+// A Local closed while reads run (the client dropped a broken session) lets each of
+// them finish whole, or hands it to the agent; none fails because its root went away.
 func TestLocalCloseDuringRead(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
-	big := bytes.Repeat([]byte("x"), 3<<20)
+	big := bytes.Repeat([]byte("x"), 1<<20)
 	must(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o644))
-	root, err := os.Open(dir)
-	must(t, err)
-	lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid()})
-	must(t, err)
-	w := &closeOnWrite{lo: lo}
-	if !lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, w) {
-		t.Fatal("the read went to the agent")
-	}
-	var got bytes.Buffer
-	for r := bytes.NewReader(w.buf.Bytes()); r.Len() > 0; {
-		h, data, err := agent.ReadFrame(r)
+	for i := range 200 {
+		root, err := os.Open(dir)
 		must(t, err)
-		if h.Done && h.Error != nil {
-			t.Fatalf("read closed under it: %v", h.Error)
+		lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: os.Getuid(), GID: os.Getgid()})
+		must(t, err)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var buf bytes.Buffer
+				if !lo.Answer(context.Background(), &agent.Header{Op: agent.OpRead, Args: []byte(`{"maxSize":4194304,"path":"big"}`)}, nil, &buf) {
+					return // closed first: the agent answers
+				}
+				var got bytes.Buffer
+				for r := bytes.NewReader(buf.Bytes()); r.Len() > 0; {
+					h, data, err := agent.ReadFrame(r)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if h.Done && h.Error != nil {
+						t.Errorf("round %d: a read failed as its Local closed: %v", i, h.Error)
+					}
+					if h.Event == agent.EventData {
+						got.Write(data)
+					}
+				}
+				if got.Len() != len(big) {
+					t.Errorf("round %d: read %d of %d bytes", i, got.Len(), len(big))
+				}
+			}()
 		}
-		if h.Event == agent.EventData {
-			got.Write(data)
+		time.Sleep(time.Duration(i%7) * 50 * time.Microsecond)
+		lo.Close()
+		wg.Wait()
+		if lo.Answer(context.Background(), &agent.Header{Op: agent.OpRead, Args: []byte(`{"maxSize":4194304,"path":"big"}`)}, nil, io.Discard) {
+			t.Fatal("a read after Close was answered locally")
 		}
-	}
-	if !bytes.Equal(got.Bytes(), big) {
-		t.Fatalf("read %d of %d bytes", got.Len(), len(big))
-	}
-	if lo.Answer(ctxT(t), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"big"}`)}, nil, io.Discard) {
-		t.Fatal("a read after Close was answered locally")
-	}
-}
-
-// A descriptor that is not the workspace the host knows (whatever sits at the socket
-// may pose as the agent) is refused: every read goes to the agent.
-func TestLocalReadsRefuseAnotherRoot(t *testing.T) {
-	requireRoot(t)
-	c, dir, local := socketAgent(t, true)
-	must(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha\n"), 0o644))
-	if got, _, err := c.ReadFile(ctxT(t), agent.ReadArgs{Path: "a.txt"}); err != nil || string(got) != "alpha\n" {
-		t.Fatalf("read = %q, %v", got, err)
-	}
-	if n := local.Load(); n != 0 {
-		t.Fatalf("%d calls were answered through a root that is not the workspace", n)
 	}
 }
 
@@ -277,7 +279,7 @@ func TestLocalReadsPutTheIdentityBack(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if !lo.Answer(context.Background(), &agent.Header{Op: agent.OpRead, Args: []byte(`{"path":"public"}`)}, nil, io.Discard) {
+				if !lo.Answer(context.Background(), &agent.Header{Op: agent.OpRead, Args: []byte(`{"maxSize":1048576,"path":"public"}`)}, nil, io.Discard) {
 					failed.Add(1)
 				}
 			}
@@ -295,5 +297,59 @@ func TestLocalReadsPutTheIdentityBack(t *testing.T) {
 	wg.Wait()
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d local reads went to the agent, %d of the process's own reads were refused", n%1000, n/1000)
+	}
+}
+
+// A descriptor that is not the workspace the host knows (whatever sits at the socket
+// may pose as the agent) is refused: every read goes to the agent.
+func TestLocalReadsRefuseAnotherRoot(t *testing.T) {
+	requireRoot(t)
+	c, dir, local := socketAgent(t, true)
+	must(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha\n"), 0o644))
+	if got, _, err := c.ReadFile(ctxT(t), agent.ReadArgs{Path: "a.txt", MaxSize: 1 << 20}); err != nil || string(got) != "alpha\n" {
+		t.Fatalf("read = %q, %v", got, err)
+	}
+	if n := local.Load(); n != 0 {
+		t.Fatalf("%d calls were answered through a root that is not the workspace", n)
+	}
+}
+
+// A cws that is not root cannot read as the workspace's user: local reads say so, and
+// OpenLocal refuses, so every read goes to the agent. The test runs itself again as
+// uid 65534.
+func TestLocalReadsNonRoot(t *testing.T) {
+	if os.Getenv("CWS_TEST_NONROOT_CHILD") == "1" {
+		if os.Geteuid() == 0 {
+			t.Fatal("the child runs as root")
+		}
+		if err := server.LocalReadsAvailable(); err == nil {
+			t.Fatal("LocalReadsAvailable = nil for a process that is not root")
+		}
+		root, err := os.Open(t.TempDir())
+		must(t, err)
+		if lo, err := server.OpenLocal(root, agent.LocalTarget{Dir: "/workspace", UID: 1000, GID: 1000}); err == nil {
+			lo.Close()
+			t.Fatal("OpenLocal succeeded for a process that is not root")
+		}
+		return
+	}
+	requireRoot(t)
+	exe, err := os.Executable()
+	must(t, err)
+	dir, err := os.MkdirTemp("", "cws-nonroot-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "agent.test")
+	data, err := os.ReadFile(exe)
+	must(t, err)
+	must(t, os.WriteFile(bin, data, 0o755))
+	cmd := exec.Command(bin, "-test.run=^TestLocalReadsNonRoot$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CWS_TEST_NONROOT_CHILD=1", "TMPDIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	must(t, os.Chmod(dir, 0o777))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestLocalReadsNonRoot")) {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	yamuxVersion    = 0
 	yamuxTypeData   = 0
 	yamuxTypeWindow = 1
+	yamuxFlagSYN    = 0x1
 	yamuxFlagRST    = 0x8
 	// coalesceMax bounds what is copied to join a header to its body: a larger body goes
 	// in a write of its own (its copy would cost more than the saved write).
@@ -60,14 +61,17 @@ type frameConn struct {
 const lazyWait = 50 * time.Millisecond
 
 // lazyFrame says whether the complete frame f is a window update that opens (SYN),
-// acknowledges (ACK) or half-closes (FIN) a stream: what any later frame may carry.
-// A plain window update (it lets a blocked sender go on) and a reset never wait.
+// acknowledges (ACK) or half-closes (FIN) a stream and that a later frame may carry:
+// one that grants no window (its delta is 0), or an open, whose opener's request
+// follows at once. An acknowledgement that grants window (a peer's large upload waits
+// on it), a plain window update and a reset never wait.
 func lazyFrame(f []byte) bool {
 	if len(f) != yamuxHeaderSize || f[1] != yamuxTypeWindow {
 		return false
 	}
 	flags := binary.BigEndian.Uint16(f[2:4])
-	return flags != 0 && flags&yamuxFlagRST == 0
+	delta := binary.BigEndian.Uint32(f[8:12])
+	return flags != 0 && flags&yamuxFlagRST == 0 && (delta == 0 || flags == yamuxFlagSYN)
 }
 
 // outMax bounds the frames waiting for the flusher: a Write past it waits. spareMax is

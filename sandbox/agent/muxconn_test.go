@@ -229,7 +229,7 @@ func TestMuxConnLazyControl(t *testing.T) {
 		name  string
 		flags uint16
 		delta uint32
-	}{{"open", syn, 16 << 20}, {"acknowledgement", ack, 16 << 20}, {"close", fin, 0}} {
+	}{{"open", syn, 16 << 20}, {"acknowledgement", ack, 0}, {"close", fin, 0}} {
 		t.Run(tc.name+" goes with the next frame", func(t *testing.T) {
 			log := &writeLog{}
 			c := MuxConn(log)
@@ -265,6 +265,8 @@ func TestMuxConnLazyControl(t *testing.T) {
 		f    []byte
 	}{
 		{"a plain window update", yamuxFrame(1, 1, nil, 1<<20)},
+		{"an acknowledgement that grants window", withFlags(yamuxFrame(1, 1, nil, 16<<20), ack)},
+		{"an open that also acknowledges, with window", withFlags(yamuxFrame(1, 1, nil, 16<<20), syn|ack)},
 		{"a reset", withFlags(yamuxFrame(1, 1, nil, 0), rst)},
 		{"a reset with a close", withFlags(yamuxFrame(1, 1, nil, 0), rst|fin)},
 		{"an empty data frame that closes", withFlags(yamuxFrame(0, 1, nil, 0), fin)},

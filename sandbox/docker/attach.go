@@ -158,7 +158,11 @@ func (b *bridge) Close() error {
 // tools run as. ok false when cws cannot see that directory (cws in a container without
 // the engine's volumes, a tmpfs workspace): reads then go to the agent.
 func localTarget(c container.InspectResponse) (t agent.LocalTarget, ok bool) {
-	uid, gid, ok := parseUser(toolUser(c))
+	user := toolUser(c)
+	if !nonRoot(user) {
+		return t, false // a file-system uid 0 would keep cws's file capabilities
+	}
+	uid, gid, ok := parseUser(user)
 	if !ok {
 		return t, false
 	}

@@ -83,14 +83,14 @@ func TestSocketTransport(t *testing.T) {
 		if _, err := cl.WriteFile(t.Context(), agent.WriteArgs{Path: "local.txt", Create: true, Mode: 0o600}, []byte("read by cws")); err != nil {
 			t.Fatal(err)
 		}
-		data, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "local.txt"})
+		data, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "local.txt", MaxSize: 1 << 20})
 		if err != nil || string(data) != "read by cws" {
 			t.Fatalf("Read = %q, %v", data, err)
 		}
 		if local != 1 || answered != 1 {
 			t.Fatalf("the workspace root was taken %d times (want 1), %d reads answered locally (want 1)", local, answered)
 		}
-		if _, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "../etc/passwd"}); !errors.Is(err, agent.ErrTraversal) {
+		if _, _, err := lc.ReadFile(t.Context(), agent.ReadArgs{Path: "../etc/passwd", MaxSize: 1 << 20}); !errors.Is(err, agent.ErrTraversal) {
 			t.Fatalf("read ../etc/passwd = %v, want ErrTraversal", err)
 		}
 	})

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -110,12 +109,13 @@ func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 func (o *outcomes) finish(id string, oc *outcome, h *agent.Header, body []byte) {
 	oc.h, oc.body = h, body
 	if h.Error != nil && h.Error.Code == agent.CodeCanceled {
+		// The mark goes before the slot: a retry must find neither or both gone.
 		o.mu.Lock()
-		delete(o.m, id)
-		o.mu.Unlock()
 		if o.dir != "" && validID(id) {
 			_ = os.Remove(filepath.Join(o.dir, id))
 		}
+		delete(o.m, id)
+		o.mu.Unlock()
 	} else if o.dir != "" {
 		if b, err := json.Marshal(stored{Header: h, Body: body}); err == nil {
 			tmp := filepath.Join(o.dir, "."+id)
@@ -168,10 +168,10 @@ func validID(id string) bool {
 // settle answers a request in doubt (see outcomes) whose second run failed. Writes and
 // mkdir are idempotent and need nothing. A remove that finds nothing, and a rename that
 // finds its source gone and its destination there, were applied by the first run and
-// succeed. (The one wrong answer left: a rename whose source never existed while its
-// destination did, retried after the agent died inside that very call, reports
-// success.) Anything else keeps its error.
-func (s *Server) settle(ctx context.Context, h *agent.Header, res any, err error, r *responder) (any, error) {
+// succeed. The wrong answers left, both for a call during which the agent died: a
+// remove of a path that never existed, and a rename whose source never existed while
+// its destination did, report success. Anything else keeps its error.
+func (s *Server) settle(h *agent.Header, res any, err error) (any, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return res, err
 	}
@@ -184,13 +184,22 @@ func (s *Server) settle(ctx context.Context, h *agent.Header, res any, err error
 		if json.Unmarshal(h.Args, &a) != nil {
 			return res, err
 		}
-		st, _ := json.Marshal(agent.StatArgs{Path: a.To, Guard: a.Guard})
-		fi, serr := s.stat(ctx, st, nil, r)
-		if serr != nil {
+		// The destination as rename reports it: the entry itself, a link not followed.
+		to, terr := s.ws.entry(a.To, a.Guard)
+		if terr != nil {
+			return res, err
+		}
+		dir, base, terr := s.ws.openParent(to, false)
+		if terr != nil {
+			return res, err
+		}
+		defer dir.Close()
+		fi, terr := os.Lstat(fdPath(dir) + "/" + base)
+		if terr != nil {
 			return res, err
 		}
 		s.log.Info("request in doubt settled: already renamed", "op", h.Op)
-		return fi, nil
+		return fileInfo(to.rel, fi), nil
 	}
 	return res, err
 }

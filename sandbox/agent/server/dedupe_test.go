@@ -118,6 +118,12 @@ func TestInDoubtRequestsSettle(t *testing.T) {
 			args: agent.RenameArgs{From: "a", To: "b"}, wantErr: agent.CodeNotFound,
 		},
 		{
+			name: "rename of a dangling link applied before the crash", op: agent.OpRename,
+			args:    agent.RenameArgs{From: "a", To: "b"},
+			applied: func(root string) { must(t, os.Symlink("nowhere", filepath.Join(root, "b"))) },
+			check:   func(t *testing.T, root string) { exists(t, root, "b", true) },
+		},
+		{
 			name: "remove applied before the crash", files: []string{"a"}, op: agent.OpRemove,
 			args:    agent.RemoveArgs{Path: "a"},
 			applied: func(root string) { must(t, os.Remove(filepath.Join(root, "a"))) },
@@ -162,8 +168,8 @@ func TestInDoubtRequestsSettle(t *testing.T) {
 			}
 			// The settled outcome is now recorded: asked again, the same answer.
 			again := rawCall(t, srv, &agent.Header{Op: c.op, Args: args, ID: id})
-			if (again.Error == nil) != (h.Error == nil) {
-				t.Errorf("asked again: %+v, first answer %+v", again.Error, h.Error)
+			if (again.Error == nil) != (h.Error == nil) || (h.Error != nil && again.Error.Code != h.Error.Code) || string(again.Result) != string(h.Result) {
+				t.Errorf("asked again: %+v %s, first answer %+v %s", again.Error, again.Result, h.Error, h.Result)
 			}
 		})
 	}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,43 +97,50 @@ func (l *local) leave() {
 	l.closeIfIdle()
 }
 
-// writeCounter remembers whether anything was written.
-type writeCounter struct {
-	w       io.Writer
-	written bool
-}
-
-func (c *writeCounter) Write(p []byte) (int, error) {
-	c.written = true
-	return c.w.Write(p)
-}
+// localMax bounds what a local read answers: the answer is gathered while the thread
+// reads as the workspace's user, and handed on only once the thread is cws's again, so
+// that no host code (the caller's writer) ever runs as that user. Larger reads, and
+// reads with no bound, go to the agent, which streams them.
+const localMax = 64 << 20
 
 func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
 	op, ok := l.s.ops[h.Op]
-	if !ok || h.Stream || h.ID != "" || !l.enter() {
+	if !ok || h.Stream || h.ID != "" || (h.Op == agent.OpRead && !boundedRead(h.Args)) || !l.enter() {
 		return false
 	}
 	defer l.leave()
-	wc := &writeCounter{w: w}
-	r := &responder{w: wc}
+	var buf bytes.Buffer
+	r := &responder{w: &buf}
 	var res any
 	var err error
-	if !asIdentity(ctx, l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
+	if !asIdentity(l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
 		return false
 	}
-	if errors.Is(err, fs.ErrPermission) && !wc.written && len(r.held) == 0 {
-		return false // refused to the host: the agent is the judge
+	if errors.Is(err, fs.ErrPermission) && buf.Len() == 0 && len(r.held) == 0 {
+		return false // refused to the workspace's user as cws opens: the agent is the judge
 	}
 	done, out := doneFrame(res, err)
 	_ = r.send(done, out)
+	_, _ = w.Write(buf.Bytes())
 	return true
+}
+
+// boundedRead says whether a read asks for at most localMax bytes.
+func boundedRead(args json.RawMessage) bool {
+	var a agent.ReadArgs
+	if json.Unmarshal(args, &a) != nil {
+		return false
+	}
+	return (a.MaxSize > 0 && a.MaxSize <= localMax) || (a.Length > 0 && a.Length <= localMax)
 }
 
 // The identity switch. A thread's credentials are its own under Linux (the raw
 // syscalls change only the calling thread), so a call locks its goroutine to its
 // thread, takes the workspace's fsuid and fsgid with no supplementary groups, runs, and
 // puts the process's own back before the thread serves anyone else. Were that ever to
-// fail, the thread stays locked to the goroutine and ends with it.
+// fail, the thread stays locked to the goroutine and ends with it. (Go starts new
+// threads from a clean template thread while a goroutine is locked, so none inherits
+// the switched credentials.)
 
 var identity struct {
 	once   sync.Once
@@ -139,45 +148,51 @@ var identity struct {
 	groups []int // the process's supplementary groups, put back after each call
 }
 
-// identityCheck says, once, whether this process can take another identity at all.
+// identityCheck says, once, whether this process can take another identity at all:
+// it tries, on a goroutine of its own, so a failure costs only that goroutine's thread.
 func identityCheck() error {
 	identity.once.Do(func() {
 		groups, err := unix.Getgroups()
 		if err != nil {
-			identity.err = err
+			identity.err = fmt.Errorf("local reads: read the process's groups: %w", err)
 			return
 		}
 		identity.groups = groups
-		runtime.LockOSThread()
-		ok := takeIdentity(65534, 65534)
-		if !restoreIdentity() {
-			return // the thread stays locked: this goroutine ends soon
-		}
-		runtime.UnlockOSThread()
-		if !ok {
+		done := make(chan bool)
+		go func() {
+			runtime.LockOSThread()
+			ok, restore := takeIdentity(65534, 65534)
+			if restore() {
+				runtime.UnlockOSThread()
+			}
+			done <- ok
+		}()
+		if !<-done {
 			identity.err = errors.New("local reads need CAP_SETUID and CAP_SETGID (root) to read as the workspace's user")
 		}
 	})
 	return identity.err
 }
 
-// takeIdentity drops this thread's supplementary groups and sets its fsgid and fsuid,
-// and reports whether all took (setfs*id return the previous value; asking again
-// returns the current one).
-func takeIdentity(uid, gid int) bool {
+// takeIdentity drops this thread's supplementary groups and sets its fsgid and fsuid.
+// ok says whether all took (setfs*id return the previous value; asking again returns
+// the current one); restore puts back what was changed and says whether it could.
+func takeIdentity(uid, gid int) (ok bool, restore func() bool) {
 	if unix.Setgroups(nil) != nil {
-		return false
+		return false, func() bool { return true } // nothing changed
 	}
+	restore = restoreIdentity
 	_, _ = unix.SetfsgidRetGid(gid)
 	if cur, _ := unix.SetfsgidRetGid(gid); cur != gid {
-		return false
+		return false, restore
 	}
 	_, _ = unix.SetfsuidRetUid(uid)
 	cur, _ := unix.SetfsuidRetUid(uid)
-	return cur == uid
+	return cur == uid, restore
 }
 
-// restoreIdentity puts the process's own file-system identity back on this thread.
+// restoreIdentity puts the process's own file-system identity and groups back on this
+// thread.
 func restoreIdentity() bool {
 	uid, gid := os.Geteuid(), os.Getegid()
 	_, _ = unix.SetfsuidRetUid(uid)
@@ -188,17 +203,18 @@ func restoreIdentity() bool {
 }
 
 // asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
-func asIdentity(_ context.Context, uid, gid int, fn func()) (ran bool) {
+func asIdentity(uid, gid int, fn func()) bool {
 	if identityCheck() != nil {
 		return false
 	}
 	runtime.LockOSThread()
+	ok, restore := takeIdentity(uid, gid)
 	defer func() {
-		if restoreIdentity() {
+		if restore() {
 			runtime.UnlockOSThread()
 		}
 	}()
-	if !takeIdentity(uid, gid) {
+	if !ok {
 		return false
 	}
 	fn()

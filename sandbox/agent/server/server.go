@@ -253,7 +253,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		}
 		res, err = op(ctx, h.Args, body, r)
 		if inDoubt && err != nil {
-			res, err = s.settle(ctx, h, res, err, r)
+			res, err = s.settle(h, res, err)
 		}
 	}
 	done, out := doneFrame(res, err)
