@@ -80,6 +80,8 @@ func TestFaultDockerStop(t *testing.T) {
 
 	// 4. docker rm -f: a lost session, said clearly, and the same id never comes back.
 	dockerCLI(t, "rm", "-f", box)
+	// Its volume outlives it; cws removes it 10 minutes on (an orphan), after this test.
+	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", "cws-ws-"+id).Run() })
 	_, err := c.callRaw("readFile", map[string]any{"path": "kept.txt"}, nil)
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || we.Code != -32001 {

@@ -45,6 +45,8 @@ const (
 	ReapExpired = "expired" // the session passed its deadline
 	ReapOrphan  = "orphan"  // a managed container without a session
 	ReapLost    = "lost"    // a session whose container was removed behind cws's back
+	// ReapOrphanVolume: a workspace volume left by a container removed behind cws's back.
+	ReapOrphanVolume = "orphan_volume"
 )
 
 // New registers cws's metrics on reg and returns them. It also registers the Go and
@@ -104,7 +106,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": runtime.Version()},
 	}).Set(1)
 	m.rel = newReliability(f)
-	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost} {
+	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost, ReapOrphanVolume} {
 		m.reaped.WithLabelValues(reason)
 	}
 	if reg != nil {

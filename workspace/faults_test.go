@@ -130,3 +130,42 @@ func TestStoreLossAdopts(t *testing.T) {
 		t.Errorf("sessions after reconcile: %d, want 2", len(list))
 	}
 }
+
+// sweepingLocal is a Local that also sweeps orphan volumes, recording how it is asked.
+type sweepingLocal struct {
+	*sandboxtest.Local
+	olderThan time.Duration
+	asked     []string // tenants asked about
+	serves    map[string]bool
+}
+
+func (s *sweepingLocal) RemoveOrphanVolumes(_ context.Context, olderThan time.Duration, serves func(string) bool) ([]string, error) {
+	s.olderThan = olderThan
+	s.serves = map[string]bool{}
+	for _, t := range s.asked {
+		s.serves[t] = serves(t)
+	}
+	return nil, nil
+}
+
+// Reconcile sweeps the orphan workspace volumes of the tenants it serves, leaving any
+// volume younger than a create could take.
+func TestReconcileSweepsOrphanVolumes(t *testing.T) {
+	sl := &sweepingLocal{Local: sandboxtest.New(t), asked: []string{testTenant, "someone-else"}}
+	tp, _ := policy.Parse([]byte("{}"))
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: sl, Tenants: tenants{testTenant: tp},
+		DefaultImage: "test-image", DefaultIdleTTL: time.Hour})
+	t.Cleanup(svc.Close)
+	if err := svc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sl.serves == nil {
+		t.Fatal("Reconcile did not sweep orphan volumes")
+	}
+	if sl.olderThan < 5*time.Minute {
+		t.Errorf("swept volumes older than %v: a create in progress could lose its volume", sl.olderThan)
+	}
+	if !sl.serves[testTenant] || sl.serves["someone-else"] {
+		t.Errorf("serves = %v, want only %s", sl.serves, testTenant)
+	}
+}
