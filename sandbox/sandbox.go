@@ -36,6 +36,11 @@ var (
 // WorkspaceDir is where the session's workspace volume is mounted.
 const WorkspaceDir = "/workspace"
 
+// OrphanVolumeAge is how old a session's workspace volume must be before a sweep may
+// take it for an orphan when no container uses it: a create makes the volume a moment
+// before its container, and never takes this long.
+const OrphanVolumeAge = 10 * time.Minute
+
 // AgentDir is where the read-only agent volume is mounted.
 const AgentDir = "/.cws"
 

@@ -119,7 +119,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	}
 	if vs, ok := s.cfg.Sandboxes.(volumeSweeper); ok {
 		serves := func(tenant string) bool { _, ok := s.cfg.Tenants.Policy(tenant); return ok }
-		if removed, err := vs.RemoveOrphanVolumes(ctx, orphanVolumeAge, serves); err != nil {
+		if removed, err := vs.RemoveOrphanVolumes(ctx, sandbox.OrphanVolumeAge, serves); err != nil {
 			s.log.Warn("remove orphan workspace volumes", "err", err)
 		} else {
 			for range removed {
@@ -136,10 +136,6 @@ func (s *Service) Reconcile(ctx context.Context) error {
 type volumeSweeper interface {
 	RemoveOrphanVolumes(ctx context.Context, olderThan time.Duration, serves func(tenant string) bool) ([]string, error)
 }
-
-// orphanVolumeAge matches docker.OrphanVolumeAge: a create makes its volume a moment
-// before its container.
-const orphanVolumeAge = 10 * time.Minute
 
 // adoptable reports whether a container the store does not know may be adopted: it is
 // labelled with a session and tenant, not marked deleted, and not past its expiry.

@@ -158,13 +158,9 @@ func (b *bridge) Close() error {
 // tools run as. ok false when cws cannot see that directory (cws in a container without
 // the engine's volumes, a tmpfs workspace): reads then go to the agent.
 func localTarget(c container.InspectResponse) (t agent.LocalTarget, ok bool) {
-	user := toolUser(c)
-	if !nonRoot(user) {
+	uid, gid, ok := parseUser(toolUser(c))
+	if !ok || uid == 0 || gid == 0 {
 		return t, false // a file-system uid 0 would keep cws's file capabilities
-	}
-	uid, gid, ok := parseUser(user)
-	if !ok {
-		return t, false
 	}
 	for _, m := range c.Mounts {
 		if m.Destination != sandbox.WorkspaceDir || m.Type != "volume" || m.Source == "" {

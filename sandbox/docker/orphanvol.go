@@ -14,11 +14,6 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 )
 
-// OrphanVolumeAge is how old a session's workspace volume must be before it counts as
-// an orphan when no container uses it: a create makes the volume a moment before its
-// container, and never takes this long.
-const OrphanVolumeAge = 10 * time.Minute
-
 // RemoveOrphanVolumes removes the workspace volumes of this instance's sessions whose
 // container is gone: a container removed behind cws's back (`docker rm -f`) leaves its
 // volume, which no session can reach again (the session is lost, never recreated).

@@ -33,7 +33,7 @@ func TestRemoveOrphanVolumes(t *testing.T) {
 	serves := func(t string) bool { return t == tenant }
 
 	// Too young: kept.
-	removed, err := d.RemoveOrphanVolumes(t.Context(), OrphanVolumeAge, serves)
+	removed, err := d.RemoveOrphanVolumes(t.Context(), sandbox.OrphanVolumeAge, serves)
 	if err != nil || len(removed) != 0 {
 		t.Fatalf("young orphans: removed %v, %v; want none", removed, err)
 	}
