@@ -40,6 +40,7 @@ var statuses = []struct {
 	{auth.ErrInvalidToken, http.StatusUnauthorized, "unauthorized"},
 	{workspace.ErrNotFound, http.StatusNotFound, "not_found"},
 	{workspace.ErrSessionLost, http.StatusGone, "session_lost"},
+	{workspace.ErrIncompatible, http.StatusConflict, "incompatible"},
 	{workspace.ErrTraversal, http.StatusBadRequest, "path_traversal"},
 	{workspace.ErrCommand, http.StatusForbidden, "command_not_allowed"},
 	{workspace.ErrConfirm, http.StatusPreconditionRequired, "confirmation_required"},
@@ -81,8 +82,11 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 	if status >= 500 {
 		log.Error("request failed", "route", c.FullPath(), "status", status, "err", err)
 		d.Message = http.StatusText(status)
-		if status == http.StatusServiceUnavailable {
+		if status == http.StatusServiceUnavailable { // workspace.Retryable: only it says retry
 			d.Message = "temporarily unavailable, retry shortly"
+			if errors.Is(err, workspace.ErrAgentUnresponsive) { // says only that: no cause leaks
+				d.Message = workspace.ErrAgentUnresponsive.Error()
+			}
 			c.Header("Retry-After", strconv.Itoa(mcp.RetryAfterSeconds))
 			var in *workspace.Interrupted
 			if errors.As(err, &in) { // says only whether the command ran: no cause leaks

@@ -18,10 +18,13 @@ package api
 //	401  missing or invalid token
 //	403  policy violation, command not allowed, missing token scope, toolset not enabled
 //	404  unknown tool (or not a vscode tool), unknown session
-//	413  too large (maxFileSize, maxEditSize, body over 64 MiB)
+//	409  the session's sandbox runs an agent of another protocol (start a new session)
+//	413  too large (maxFileSize, maxEditSize, body over 64 MiB, a request or an answer
+//	     over what one frame to the workspace carries)
 //	428  confirmation required (send "confirmed": true beside the arguments)
 //	429  rate limited or quota exceeded
-//	503  temporarily unavailable (the store or the sandbox); 500 internal
+//	503  temporarily unavailable (the store or the sandbox): only this says retry; 500
+//	     internal
 //
 // The error message of a 4xx says what was wrong; a 5xx says only its class.
 

@@ -61,7 +61,7 @@ func faultAgentKilled(t *testing.T, transport string, kinds ...string) {
 			case <-time.After(300 * time.Millisecond):
 			}
 			what := kinds[i%len(kinds)]
-			out, err := exec.Command("docker", "exec", "-u", "1000", box, "sh", "-c", killAgentSh, "kill", what).CombinedOutput()
+			out, err := exec.Command("docker", "exec", "-u", "0", box, "sh", "-c", killAgentSh, "kill", what).CombinedOutput()
 			if err != nil {
 				t.Logf("kill %s: %v: %s", what, err, out)
 				continue

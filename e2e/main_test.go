@@ -73,6 +73,9 @@ var (
 	// vscode's tenant allows what its run configurations and terminal tests run, and the
 	// wrappers whose hidden programs the terminal must refuse (touch is not allowed).
 	tenantVSCode = "vsc-" + runID
+	// open's policy has no command allowlist: its commands run without Landlock, so
+	// what stops them is the identity alone (the agent's security tests).
+	tenantOpen = "open-" + runID
 )
 
 func randomHex(n int) string {
@@ -105,6 +108,11 @@ const vscodePolicy = `{
   "maxSessions": 10
 }`
 
+const openPolicy = `{
+  "allowedPaths": ["**"],
+  "maxSessions": 10
+}`
+
 const betaPolicy = `{
   "allowedPaths": ["**"],
   "allowedCommands": ["echo", "ls", "cat"],
@@ -121,7 +129,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	fx := &fixture{path: filepath.Join(dir, "tenants.yaml"), secrets: map[string][]byte{}, kids: map[string]string{}}
-	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn, tenantVSCode} {
+	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn, tenantVSCode, tenantOpen} {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		fx.secrets[id] = []byte(hex.EncodeToString(b))
@@ -146,6 +154,7 @@ func newFixture(t testing.TB) *fixture {
 	write("beta.cws-policy.json", betaPolicy)
 	write("churn.cws-policy.json", churnPolicy)
 	write("vscode.cws-policy.json", vscodePolicy)
+	write("open.cws-policy.json", openPolicy)
 	write("edge.pub", string(fx.edgePub))
 	write("tenants.yaml", fmt.Sprintf(`tenants:
   - id: %[1]s
@@ -175,7 +184,12 @@ func newFixture(t testing.TB) *fixture {
     keys:
       - {kid: %[2]s, alg: HS256, secret: %[3]q}
     policy: vscode.cws-policy.json
-`, tenantVSCode, fx.kids[tenantVSCode], fx.secrets[tenantVSCode]))
+  - id: %[4]s
+    issuer: open-platform
+    keys:
+      - {kid: %[5]s, alg: HS256, secret: %[6]q}
+    policy: open.cws-policy.json
+`, tenantVSCode, fx.kids[tenantVSCode], fx.secrets[tenantVSCode], tenantOpen, fx.kids[tenantOpen], fx.secrets[tenantOpen]))
 	fx.tenants, err = auth.LoadTenants(fx.path)
 	if err != nil {
 		t.Fatalf("load the fixture's tenants: %v", err)

@@ -11,9 +11,17 @@ type reliability struct {
 	storeUp       prometheus.Gauge
 	storeFailures *prometheus.CounterVec
 	restarted     *prometheus.CounterVec
+	healed        *prometheus.CounterVec
 	adopted       prometheus.Counter
 	mcpFailures   *prometheus.CounterVec
 }
+
+// How a sandbox whose agent stopped answering was healed, for Healed.
+const (
+	HealAgent     = "agent"     // the agent was restarted in place
+	HealContainer = "container" // the container was restarted, its workspace volume kept
+	HealFailed    = "failed"    // neither brought the agent back
+)
 
 // Store failure kinds for StoreFailure.
 const (
@@ -35,6 +43,10 @@ func newReliability(f promauto.Factory) reliability {
 			Namespace: namespace, Subsystem: "sandbox", Name: "restarted_total",
 			Help: "Stopped sandboxes of live sessions started again, by who noticed (call, reconcile).",
 		}, []string{"by"}),
+		healed: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "sandbox", Name: "healed_total",
+			Help: "Sandboxes whose agent stopped answering, by how they were brought back: agent (the agent restarted), container (the container restarted, its workspace volume kept), failed (neither worked).",
+		}, []string{"how"}),
 		adopted: f.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "sessions", Name: "adopted_total",
 			Help: "Sessions re-adopted from their containers' labels after the store lost them.",
@@ -50,6 +62,9 @@ func newReliability(f promauto.Factory) reliability {
 	}
 	for _, by := range []string{"call", "reconcile"} {
 		r.restarted.WithLabelValues(by)
+	}
+	for _, how := range []string{HealAgent, HealContainer, HealFailed} {
+		r.healed.WithLabelValues(how)
 	}
 	for _, c := range []string{"-32001", "-32002", "-32003", "-32004", "-32005", "-32602", "-32603"} {
 		r.mcpFailures.WithLabelValues(c)
@@ -80,6 +95,14 @@ func (m *Metrics) StoreFailure(kind string) {
 func (m *Metrics) Restarted(by string) {
 	if m != nil {
 		m.rel.restarted.WithLabelValues(by).Inc()
+	}
+}
+
+// Healed counts a sandbox whose agent stopped answering and was healed; how is
+// HealAgent, HealContainer or HealFailed.
+func (m *Metrics) Healed(how string) {
+	if m != nil {
+		m.rel.healed.WithLabelValues(how).Inc()
 	}
 }
 

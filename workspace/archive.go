@@ -2,7 +2,7 @@ package workspace
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
 
 	"github.com/cwsdev/cws/auth"
@@ -93,7 +93,7 @@ func (s *Service) Diff(ctx context.Context, caller Caller, id string) (string, e
 		return "", err
 	}
 	if s.cfg.Diff == nil {
-		return "", fmt.Errorf("%w: this server has no diff", ErrUnavailable)
+		return "", errors.New("this server has no diff") // its configuration: no retry helps
 	}
 	d, err := s.cfg.Diff(ctx, c)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -54,6 +56,7 @@ type call struct {
 	guard  *guard.Guard
 	out    OutputFunc
 	tool   string
+	notes  []string // remarks the tool made (tool.Env.Note)
 }
 
 // Call runs one tool for caller in session id. Unknown tools and another tenant's
@@ -157,9 +160,10 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 	}
 	f, ok := v.(tool.Failed)
 	res := &Result{Value: v, IsError: ok && f.Failed()}
-	if n, ok := v.(interface{ Note() string }); ok {
-		res.Note = n.Note()
+	if n, ok := v.(interface{ Note() string }); ok && n.Note() != "" {
+		c.notes = append([]string{n.Note()}, c.notes...)
 	}
+	res.Note = strings.Join(c.notes, "\n")
 	return res, nil
 }
 
@@ -189,7 +193,10 @@ func mapAgentError(err error) error {
 		if f, ok := mapFault(err); ok {
 			return f
 		}
-		if errors.Is(err, agent.ErrUnavailable) || errors.Is(err, agent.ErrVersion) {
+		switch {
+		case errors.Is(err, agent.ErrVersion): // the same agent answers every retry
+			return fmt.Errorf("%w: %v", ErrIncompatible, err)
+		case errors.Is(err, agent.ErrUnavailable):
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return err
@@ -270,7 +277,7 @@ var Outcomes = []string{"ok", "error", "denied", "invalid", "rate_limited", "not
 
 // DenialRules are the policy rules a denial is counted under.
 var DenialRules = []string{"allowedPaths", "deniedPaths", "protected", "maxFileSize", "maxEditSize", "allowedCommands",
-	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock", "scope"}
+	"envAllowlist", "envDenied", "confirmationRequired", "toolsets", "images", "workspace", "workspacePolicy", "requireLandlock", "scope", agent.RuleFrameSize, "gitOutput"}
 
 // takeConfirmed reads and removes a top-level "confirmed": true, which any tool listed in
 // confirmationRequired accepts.
@@ -313,6 +320,11 @@ func (c *call) Output() func(stream string, data []byte) {
 }
 func (c *call) PolicyChanged()  { c.svc.policyChanged(c.sess.ID) }
 func (c *call) ExecUnenforced() { c.svc.obs.ExecUnenforced() }
+func (c *call) Note(remark string) {
+	if remark != "" && !slices.Contains(c.notes, remark) {
+		c.notes = append(c.notes, remark)
+	}
+}
 
 func (c *call) State() tool.State {
 	return &state{store: c.svc.cfg.Store, tenant: c.sess.Tenant, id: c.sess.ID}

@@ -19,6 +19,9 @@ var (
 	// container is gone), so its files are gone too. The session is never recreated
 	// under the same id; the caller starts a new one.
 	ErrSessionLost = errors.New("session lost: its sandbox was removed")
+	// ErrIncompatible: the session's sandbox runs an agent that speaks another protocol
+	// than this server. Retrying cannot help; the caller starts a new session.
+	ErrIncompatible = errors.New("the session's sandbox runs an incompatible agent")
 
 	// The policy's errors, one per code of the seed's catalogue.
 	ErrInvalid   = policy.ErrInvalid   // -32602
@@ -28,6 +31,18 @@ var (
 	ErrCommand   = policy.ErrCommand   // -32004
 	ErrConfirm   = policy.ErrConfirm   // -32005
 )
+
+// Kinds are the domain's error kinds: every error a Service returns matches one of
+// them (or is a cancellation, a deadline or an internal fault). The protocols' tables
+// map each one, and their tests walk this list.
+var Kinds = []error{ErrNotFound, ErrConflict, ErrQuota, ErrRateLimited, ErrUnavailable, ErrForbidden, ErrSessionLost,
+	ErrIncompatible, ErrInvalid, ErrTraversal, ErrPolicy, ErrTooLarge, ErrCommand, ErrConfirm}
+
+// Retryable reports whether the same call, made again unchanged, may succeed: only a
+// sandbox, an agent or a store that did not answer (ErrUnavailable, an *Interrupted
+// command). Protocols say "retry" for these and for nothing else; a request or an
+// answer over a size limit, a refusal or a lost session fails the same way every time.
+func Retryable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
 // Interrupted is a command whose connection to its sandbox broke before it answered.
 // Commands are never run again behind the caller's back; Started says whether it had

@@ -144,11 +144,11 @@ func adoptable(b sandbox.Info, now time.Time) bool {
 }
 
 func (s *Service) removeOrphan(ctx context.Context, b sandbox.Info, why string) {
+	s.endAgent(b.ID)
 	if err := s.cfg.Sandboxes.Remove(ctx, b.ID); err != nil {
 		s.log.Warn("remove orphan sandbox", "sandbox", b.ID, "err", err)
 		return
 	}
-	s.forgetAgent(b.ID)
 	s.obs.Reaped("orphan")
 	s.log.Info("removed orphan sandbox", "sandbox", b.ID, "session", b.Session, "why", why)
 }

@@ -51,6 +51,10 @@ type FaultObserver interface {
 	Restarted(by string)
 	// Adopted counts sessions taken back into the store from their containers' labels.
 	Adopted()
+	// Healed counts sandboxes whose agent stopped answering, by how they were brought
+	// back: "agent" (its agent restarted), "container" (its container restarted), or
+	// "failed" (neither worked).
+	Healed(how string)
 }
 
 // Tenants gives a tenant's policy: the ceiling every session of it is held to.
@@ -91,6 +95,10 @@ type Config struct {
 	// the workspace root an agent sends on the socket path (agent.Local; cmd/cws wires
 	// server.OpenLocal). nil: every call goes to the agent.
 	LocalReads agent.LocalOpener
+	// AgentLiveness is how soon a silent agent is noticed (see agent.Liveness); zero
+	// fields take the agent package's defaults. Its OnUnresponsive is the Service's: an
+	// unresponsive agent is healed (heal.go).
+	AgentLiveness agent.Liveness
 
 	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
 	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
@@ -125,6 +133,8 @@ type Service struct {
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
+	healing   map[string]*healing      // by sandbox id: heals under way, or cooling down
+	waking    map[string]bool          // by sandbox id: created, its agent not yet answering
 	policies  map[string]cachedPolicy  // by session id
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
@@ -169,7 +179,8 @@ func New(cfg Config) *Service {
 		catalog:  NewCatalog(cfg.Tools...),
 		audit:    make(chan AuditRecord, 4096),
 		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
-		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{},
+		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, healing: map[string]*healing{},
+		waking: map[string]bool{},
 	}
 	if shared && cache != nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -194,8 +205,11 @@ func (s *Service) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, c := range s.agents {
-		c.Close()
+		c.Shutdown()
 		delete(s.agents, id)
+	}
+	for _, h := range s.healing {
+		h.cancel()
 	}
 }
 
@@ -205,9 +219,12 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 	defer s.mu.Unlock()
 	c, ok := s.agents[sandboxID]
 	if !ok {
+		live := s.cfg.AgentLiveness
+		live.OnUnresponsive = func(err error) { s.heal(sandboxID, err) }
 		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
+			s.awaitHeal(ctx, sandboxID)
 			return s.attach(ctx, sandboxID)
-		}, versionString(), s.log.With("sandbox", sandboxID))
+		}, versionString(), s.log.With("sandbox", sandboxID)).WithLiveness(live)
 		if s.cfg.LocalReads != nil {
 			c.WithLocal(s.cfg.LocalReads)
 		}
@@ -235,14 +252,35 @@ func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteClo
 	return conn, err
 }
 
+// forgetAgent drops a sandbox's agent client (a stopped sandbox started again, a lost
+// one): its stream ends, and a call in flight on it retries on a fresh one as usual.
+// A heal under way stops. It never waits on the agent.
 func (s *Service) forgetAgent(sandboxID string) {
+	if c := s.takeAgent(sandboxID); c != nil {
+		c.Close()
+	}
+}
+
+// endAgent drops the agent client of a sandbox that is being removed: the calls in
+// flight end at once (the agent is told to stop them), and nothing redials. A heal
+// under way stops. It never waits on the agent.
+func (s *Service) endAgent(sandboxID string) {
+	if c := s.takeAgent(sandboxID); c != nil {
+		c.Shutdown()
+	}
+}
+
+// takeAgent removes a sandbox's agent client from the Service, and stops its heal.
+func (s *Service) takeAgent(sandboxID string) *agent.Client {
 	s.mu.Lock()
 	c := s.agents[sandboxID]
 	delete(s.agents, sandboxID)
+	h := s.healing[sandboxID]
 	s.mu.Unlock()
-	if c != nil {
-		c.Close()
+	if h != nil {
+		h.cancel()
 	}
+	return c
 }
 
 // auditBatch is the most audit records written in one round trip.
@@ -290,6 +328,7 @@ func (nopObserver) SessionsActive(int)                     {}
 func (nopObserver) Reaped(string)                          {}
 func (nopObserver) Restarted(string)                       {}
 func (nopObserver) Adopted()                               {}
+func (nopObserver) Healed(string)                          {}
 
 // faults returns the Observer's FaultObserver side, or one that drops everything.
 func faults(o Observer) FaultObserver {

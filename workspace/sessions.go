@@ -12,6 +12,7 @@ import (
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/policy"
 )
 
@@ -116,7 +117,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 	cleanup := func(cause error) error {
 		bg := context.WithoutCancel(ctx)
 		if sess.Sandbox != "" {
-			s.forgetAgent(sess.Sandbox)
+			s.endAgent(sess.Sandbox)
 			_ = s.cfg.Sandboxes.Remove(bg, sess.Sandbox)
 		}
 		_ = s.cfg.Store.DeleteSession(bg, sess.Tenant, sess.ID)
@@ -188,15 +189,20 @@ func (s *Service) withTestSpec(spec sandbox.Spec) sandbox.Spec {
 	return spec
 }
 
-// waitReady pings the new sandbox's agent until it answers.
+// waitReady pings the new sandbox's agent until it answers. A slow start is not a
+// stuck agent: no heal is tried meanwhile.
 func (s *Service) waitReady(ctx context.Context, sandboxID string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
+	defer s.starting(sandboxID)()
 	c := s.agentFor(sandboxID)
 	var err error
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
 		if _, err = c.Ping(ctx); err == nil {
 			return nil
+		}
+		if errors.Is(err, agent.ErrVersion) { // cws's own agent binary: no wait or retry helps
+			return fmt.Errorf("the new sandbox's agent: %w", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -290,7 +296,7 @@ func (s *Service) DeleteSession(ctx context.Context, caller Caller, id string) e
 
 func (s *Service) remove(ctx context.Context, sess *Session) error {
 	if sess.Sandbox != "" {
-		s.forgetAgent(sess.Sandbox)
+		s.endAgent(sess.Sandbox) // its calls in flight end now: nothing waits on the agent
 		if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
 			return fmt.Errorf("%w: remove sandbox of %s: %v", ErrUnavailable, sess.ID, err)
 		}

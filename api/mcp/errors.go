@@ -38,6 +38,8 @@ var codes = []struct {
 	{workspace.ErrInvalid, CodeInvalidParams, "invalid params"},
 	{workspace.ErrNotFound, CodeInvalidParams, "session not found"},
 	{workspace.ErrSessionLost, CodePathTraversal, "session lost: its sandbox was removed, and its files with it; start a new session"},
+	{workspace.ErrIncompatible, CodeInternal, "the session's sandbox runs an agent this server cannot use; start a new session"},
+	{workspace.ErrAgentUnresponsive, CodeInternal, "the workspace agent is not responding; cws is restarting it, retry shortly"},
 	{workspace.ErrUnavailable, CodeInternal, "workspace temporarily unavailable, retry"},
 	{context.Canceled, CodeInternal, "canceled"},
 	{context.DeadlineExceeded, CodeInternal, "deadline exceeded"},
@@ -48,8 +50,8 @@ type ErrorData struct {
 	Path   string `json:"path,omitempty"`
 	Rule   string `json:"rule,omitempty"`
 	Detail string `json:"detail,omitempty"`
-	// Reason names a fault the caller can act on: "session_lost" (start a new
-	// session), "unavailable" (retry after RetryAfter seconds).
+	// Reason names a fault the caller can act on: "session_lost" and "incompatible"
+	// (start a new session), "unavailable" (retry after RetryAfter seconds).
 	Reason     string `json:"reason,omitempty"`
 	Retryable  bool   `json:"retryable,omitempty"`
 	RetryAfter int    `json:"retryAfter,omitempty"` // seconds
@@ -91,8 +93,10 @@ func rpcError(err error) *jsonrpc.Error {
 		switch c.err {
 		case workspace.ErrSessionLost:
 			e.Data, _ = json.Marshal(ErrorData{Reason: "session_lost"})
-		case workspace.ErrUnavailable:
-			e.Data, _ = json.Marshal(ErrorData{Reason: "unavailable", Retryable: true, RetryAfter: RetryAfterSeconds})
+		case workspace.ErrIncompatible:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "incompatible"})
+		case workspace.ErrUnavailable, workspace.ErrAgentUnresponsive:
+			e.Data, _ = json.Marshal(ErrorData{Reason: "unavailable", Retryable: workspace.Retryable(err), RetryAfter: RetryAfterSeconds})
 		}
 		return e
 	}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/policy"
 )
@@ -45,5 +47,42 @@ func TestErrorCodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOnlyRetryableSaysRetry walks the MCP error mapping: "retry" in the message, or
+// data that says retryable or when to retry, only for an error a retry of the same
+// call may fix (workspace.Retryable).
+func TestOnlyRetryableSaysRetry(t *testing.T) {
+	var errs []error
+	for _, k := range workspace.Kinds {
+		errs = append(errs, fmt.Errorf("%w: the cause", k), &policy.Violation{Err: k, Rule: "rule", Detail: "what was wrong"})
+	}
+	errs = append(errs, &workspace.Interrupted{Started: true}, &workspace.Interrupted{},
+		&policy.Violation{Err: workspace.ErrTooLarge, Rule: agent.RuleFrameSize, Detail: agent.FrameTooLarge(agent.MaxHeader+1, 0).Message},
+		context.Canceled, context.DeadlineExceeded, errors.New("disk on fire"))
+	for _, err := range errs {
+		t.Run(err.Error(), func(t *testing.T) {
+			e := rpcError(err)
+			var d ErrorData
+			if len(e.Data) > 0 {
+				if err := json.Unmarshal(e.Data, &d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			says := strings.Contains(strings.ToLower(e.Message), "retry") || d.Retryable || d.RetryAfter > 0
+			if want := workspace.Retryable(err); says != want {
+				t.Errorf("%d %q %s: says retry = %v, want %v", e.Code, e.Message, e.Data, says, want)
+			}
+		})
+	}
+}
+
+// TestTooLargeAnswer: an answer over the frame limit is -32003 naming the limit.
+func TestTooLargeAnswer(t *testing.T) {
+	e := rpcError(&policy.Violation{Err: workspace.ErrTooLarge, Rule: agent.RuleFrameSize,
+		Detail: "the answer is 1769353 bytes, over the 1048576 bytes one answer from the workspace may hold"})
+	if e.Code != CodeTooLarge || !strings.Contains(e.Message, "1048576") {
+		t.Errorf("%d %q, want %d naming the limit", e.Code, e.Message, CodeTooLarge)
 	}
 }

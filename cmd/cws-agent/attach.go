@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // attachWait is how long attach waits for the agent to listen (a container just started).
@@ -27,6 +29,10 @@ func runAttach(args []string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if err := checkAgentPeer(conn); err != nil {
+		conn.Close()
+		return err
+	}
 	done := make(chan error, 2)
 	go func() {
 		_, err := io.Copy(conn, os.Stdin)
@@ -42,4 +48,26 @@ func runAttach(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// checkAgentPeer makes sure the process listening on the abstract socket is the agent:
+// it must run as the agent's uid (CWS_AGENT_UID_GID, or the tool uid for an agent that
+// has none of its own). A tool process that bound the name first is refused.
+func checkAgentPeer(c *net.UnixConn) error {
+	want := os.Getenv(agent.EnvAgentUser)
+	if want == "" {
+		want = os.Getenv("CWS_UID_GID")
+	}
+	uid, _, err := parseUIDGID(want)
+	if err != nil {
+		return err
+	}
+	got, err := peerUID(c)
+	if err != nil {
+		return fmt.Errorf("agent socket %s: peer credentials: %w", socketName, err)
+	}
+	if got != uid {
+		return fmt.Errorf("agent socket %s is held by uid %d, not the agent (uid %d): refused", socketName, got, uid)
+	}
+	return nil
 }

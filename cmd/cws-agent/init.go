@@ -11,11 +11,30 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
-// runInit is the container's PID 1. As root (with only CHOWN, SETUID and SETGID) it
-// hands /workspace to the tool uid, then drops to that uid for good, starts `serve`,
+// agentStateDir is the agent's private state on the container's /tmp: it survives
+// `serve` being restarted, and only the agent uid may enter it.
+const agentStateDir = "/tmp/.cws-agent"
+
+// agentCaps are the capabilities the agent keeps, and the only ones: SETUID and SETGID
+// to act as the tool user (its fs identity for workspace files, its credentials for
+// every process started), KILL to signal the tool user's processes (package ident).
+var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
+
+// runInit is the container's PID 1. It starts as root (with only CHOWN, SETUID, SETGID
+// and KILL) and, while it is root, hands /workspace to the tool uid and the agent's own
+// directories (/.cws-run, its state on /tmp) to the agent uid. It then drops to the
+// agent uid for good, keeping SETUID, SETGID and KILL, starts `serve` with them,
 // forwards termination signals to it, restarts it if it dies, and reaps every zombie.
+//
+// The agent uid is not the tool uid: nothing the workspace runs can signal, trace or
+// read the agent. A container made without CWS_AGENT_UID_GID (an older cws) runs the
+// agent as the tool uid, as before.
 func runInit(args []string) error {
 	uid, gid, err := parseUIDGID(os.Getenv("CWS_UID_GID"))
 	if err != nil {
@@ -25,11 +44,30 @@ func runInit(args []string) error {
 	if ws == "" {
 		ws = "/workspace"
 	}
+	separate := false
 	if os.Getuid() == 0 {
 		if err := handOver(ws, uid, gid); err != nil {
 			return err
 		}
-		if err := dropTo(uid, gid); err != nil {
+		au, ag := uid, gid
+		if s := os.Getenv(agent.EnvAgentUser); s != "" {
+			if au, ag, err = parseUIDGID(s); err != nil {
+				return err
+			}
+			if au == uid || ag == gid {
+				return fmt.Errorf("%s=%q: the agent's uid and gid must differ from the tool's (%d:%d)", agent.EnvAgentUser, s, uid, gid)
+			}
+			separate = true
+		}
+		if err := prepareAgentDirs(au, ag); err != nil {
+			return err
+		}
+		if separate {
+			err = dropToAgent(au, ag)
+		} else {
+			err = dropTo(uid, gid)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -66,6 +104,7 @@ func runInit(args []string) error {
 			if pid <= 0 || err != nil {
 				break
 			}
+			recordExit(pid, st) // keep.go
 			if child != nil && pid == child.Pid {
 				child = nil
 				if stopping {
@@ -76,6 +115,54 @@ func runInit(args []string) error {
 				start()
 			}
 		}
+	}
+	return nil
+}
+
+// prepareAgentDirs gives the agent uid its state directory and the socket directory
+// the host mounted (when there is one), each 0700/0711 and owned by the agent, so
+// that the tool uid can neither read the agent's state nor replace its socket. Both
+// are made before any tool process exists.
+func prepareAgentDirs(uid, gid int) error {
+	if err := os.MkdirAll(agentStateDir, 0o700); err != nil {
+		return fmt.Errorf("agent state %s: %w", agentStateDir, err)
+	}
+	if err := own(agentStateDir, uid, gid, 0o700); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(agent.RunDir); err == nil && fi.IsDir() {
+		// The host's directory: anyone may traverse it to the socket (the secret
+		// handshake decides who is served), only the agent may change it.
+		if err := own(agent.RunDir, uid, gid, 0o711); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// own sets a directory's owner and mode, refusing anything but a directory.
+func own(dir string, uid, gid int, mode os.FileMode) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid && int(st.Gid) == gid && fi.Mode().Perm()&0o022 == 0 {
+		return nil // the host made it so already
+	}
+	// Root holds CHOWN but not FOWNER, so it may chmod only what it owns: it takes the
+	// directory first (the host's may belong to an unprivileged cws), sets the mode,
+	// then hands it to the agent.
+	if err := os.Lchown(dir, 0, 0); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", dir, err)
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
 	}
 	return nil
 }
@@ -113,6 +200,76 @@ func dropTo(uid, gid int) error {
 		return fmt.Errorf("setuid %d: %w", uid, err)
 	}
 	return nil
+}
+
+// dropToAgent leaves root for the agent uid, keeping agentCaps and nothing else:
+//
+//   - PR_SET_KEEPCAPS keeps the permitted set across the setuid (which would clear it);
+//   - capset then leaves agentCaps permitted, effective and inheritable, all else gone;
+//   - each is raised in the ambient set, the only way a capability crosses the exec of
+//     `serve` (no file capabilities, and no-new-privileges). serve clears its
+//     inheritable and ambient sets first thing (clearInheritable), so no process it
+//     starts receives any.
+//
+// Every thread of the process is changed (Go's Setuid and friends already do that;
+// capset and prctl go through AllThreadsSyscall), so whichever thread forks serve has
+// the same credentials.
+func dropToAgent(uid, gid int) error {
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0); e != 0 {
+		return fmt.Errorf("keep capabilities: %w", e)
+	}
+	if err := dropTo(uid, gid); err != nil {
+		return err
+	}
+	var mask uint32
+	for _, c := range agentCaps {
+		mask |= 1 << c
+	}
+	if err := setCaps(mask, mask); err != nil {
+		return err
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 0, 0); e != 0 {
+		return fmt.Errorf("keep capabilities off: %w", e)
+	}
+	for _, c := range agentCaps {
+		if _, _, e := syscall.AllThreadsSyscall6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0, 0); e != 0 {
+			return fmt.Errorf("ambient capability %d: %w", c, e)
+		}
+	}
+	return nil
+}
+
+// capHeader and capData are the kernel's capability structs (version 3, two words);
+// package level so that their addresses stay valid while every thread makes the call.
+var (
+	capHeader = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	capData   [2]unix.CapUserData
+)
+
+// setCaps sets the permitted and effective sets to keep (all in the low word) and the
+// inheritable set to inherit, on every thread. Lowering the inheritable set also
+// clears the ambient set.
+func setCaps(keep, inherit uint32) error {
+	capData = [2]unix.CapUserData{{Effective: keep, Permitted: keep, Inheritable: inherit}}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafePointer(&capHeader)), uintptr(unsafePointer(&capData[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
+
+// clearInheritable keeps the process's permitted and effective capabilities and
+// empties its inheritable and ambient sets on every thread, so that nothing it starts
+// can receive a capability. It is the first thing serve does.
+func clearInheritable() error {
+	var d [2]unix.CapUserData
+	h := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(&h, &d[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if d[0].Inheritable == 0 && d[1].Inheritable == 0 {
+		return nil
+	}
+	return setCaps(d[0].Permitted, 0)
 }
 
 func parseUIDGID(s string) (int, int, error) {

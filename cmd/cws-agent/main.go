@@ -4,7 +4,10 @@
 //	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent, and on
 //	                   /.cws-run/agent.sock (proven by CWS_AGENT_SECRET) when cws mounted it
 //	cws-agent attach   bridges stdio to that socket (what cws runs with `docker exec`)
+//	cws-agent revive   continues a stopped agent and restarts serve (cws runs it when the agent stops answering)
 //	cws-agent launch   restricts itself with Landlock, then execs a command (package launch)
+//	cws-agent keep     keeps serve's background processes and their output, outliving serve
+//	                   (package keep; serve starts it)
 //	cws-agent version  prints the agent's release and protocol
 //
 // It imports only sandbox/agent/..., their few dependencies and the standard library, and
@@ -16,6 +19,7 @@ import (
 	"os"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/keep"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/version"
 )
@@ -37,8 +41,12 @@ func main() {
 		err = runServe(os.Args[2:])
 	case "attach":
 		err = runAttach(os.Args[2:])
+	case "revive":
+		err = runRevive(os.Args[2:])
+	case keep.Command:
+		err = runKeep(os.Args[2:])
 	case launch.Command:
-		// Only returns on failure, which the agent also reads from the status fd.
+		// Only returns on failure, also written to the status fd when one is given.
 		err = launch.Main(os.Args[2:])
 		fmt.Fprintf(os.Stderr, "cws-agent launch: %v\n", err)
 		os.Exit(126)
@@ -65,7 +73,11 @@ Usage:
   cws-agent serve     serve the agent protocol on the abstract socket @cws-agent (and on
                       /.cws-run/agent.sock, behind a secret handshake, when cws mounted it)
   cws-agent attach    bridge stdin/stdout to the agent (used by cws through docker exec)
-  cws-agent launch    restrict execution with Landlock, then exec a command (used by serve)
+  cws-agent revive    continue a stopped agent and restart serve (used by cws when the agent
+                      stops answering)
+  cws-agent launch    restrict execution with Landlock, then exec a command (by hand: serve
+                      restricts each command itself, as it starts it)
+  cws-agent keep      keep background processes and their output across serve restarts (used by serve)
   cws-agent version   print the release and protocol version
 `)
 }

@@ -29,6 +29,10 @@ const stateDir = "/tmp/.cws-agent/requests"
 
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
+	// Before anything else: no capability init passed on may reach a process serve starts.
+	if err := clearInheritable(); err != nil {
+		return err
+	}
 	warmUp()
 	followCPULimit()
 	// The secret of the socket path: read once, and gone from the environment so that
@@ -40,7 +44,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir})
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir, ProcDir: procDir})
 	if err != nil {
 		return err
 	}
@@ -53,8 +57,14 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	l = peerListener{l.(*net.UnixListener), log}
 	log.Info("agent listening", "socket", socketName, "uid", os.Getuid(), "version", version.Version)
 	sl := listenRunDir(log, secret)
+	// The socket and the state directory are the agent's own; from here on every
+	// thread opens files as the tool user (package ident).
+	if err := actAsTool(log); err != nil {
+		return err
+	}
 	if sl != nil {
 		go func() {
 			if err := srv.ServeSecret(sl, []byte(secret)); err != nil {

@@ -26,6 +26,9 @@ type goal struct {
 	// this many times faster). Slower: the row's p50 over the anchor's must be at most
 	// this. Zero: no bound.
 	Faster, Slower float64
+	// MaxOver: the row's p50 may be at most this much above the anchor's (a fixed cost
+	// on top of the same work done the plain way). Zero: no bound.
+	MaxOver time.Duration
 }
 
 // goals is the registry; section files append to it in init, in the order they print.
@@ -68,9 +71,17 @@ func (g goal) judge(rows []bench.Row) (result, bool) {
 		if a, ok := find(rows, g.Anchor); ok && row.P50 > 0 && a.P50 > 0 {
 			r.anchor = g.Anchor + ": " + bench.Format(a.P50)
 			x := float64(a.P50) / float64(row.P50)
-			if x >= 1 {
+			switch {
+			case g.MaxOver > 0:
+				r.versus = "+" + bench.Format(row.P50-a.P50)
+				if row.P50 < a.P50 {
+					r.versus = "−" + bench.Format(a.P50-row.P50)
+				}
+				targets = append(targets, "≤ the anchor + "+bench.Format(g.MaxOver))
+				r.met = r.met && row.P50-a.P50 <= g.MaxOver
+			case x >= 1:
 				r.versus = fmt.Sprintf("%.1f× faster", x)
-			} else {
+			default:
 				r.versus = fmt.Sprintf("%.2f× the anchor's time", 1/x)
 			}
 			if g.Faster > 0 {
@@ -83,7 +94,7 @@ func (g goal) judge(rows []bench.Row) (result, bool) {
 			}
 		} else {
 			r.anchor = g.Anchor + ": not measured"
-			r.met = r.met && g.Faster == 0 && g.Slower == 0
+			r.met = r.met && g.Faster == 0 && g.Slower == 0 && g.MaxOver == 0
 		}
 	}
 	r.target = strings.Join(targets, ", ")

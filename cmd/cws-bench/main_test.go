@@ -71,6 +71,9 @@ func TestGoals(t *testing.T) {
 		{goal{Row: "busy", MinRate: 3000}, "", false},
 		{goal{Row: "rss", MaxBytes: 15 << 20}, "", true},
 		{goal{Row: "fast", Anchor: "missing", Faster: 2}, "", false},
+		{goal{Row: "anchor", Anchor: "fast", MaxOver: 60 * time.Millisecond}, "+59 ms", true},
+		{goal{Row: "anchor", Anchor: "fast", MaxOver: 3 * time.Millisecond}, "+59 ms", false},
+		{goal{Row: "fast", Anchor: "missing", MaxOver: time.Second}, "", false},
 	} {
 		r, ok := c.g.judge(rows)
 		if !ok || r.met != c.met || !strings.Contains(r.versus, c.want) {

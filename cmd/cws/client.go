@@ -187,6 +187,9 @@ func (e *apiError) hint() string {
 	case "rate_limited":
 		return "the tenant's rate limit was hit: wait a moment and retry, or raise rate in the tenant's policy"
 	case "policy_violation", "path_traversal", "command_not_allowed", "too_large":
+		if e.Detail.Rule == "frameSize" || e.Detail.Rule == "gitOutput" { // a size limit of cws, not of the policy
+			return "ask for less: a narrower path, fewer results; retrying the same call fails the same way"
+		}
 		h := "the tenant's policy, or the workspace's .cws-policy.json, refuses this"
 		if e.Detail.Rule != "" && !strings.Contains(e.Detail.Message, e.Detail.Rule) {
 			h += fmt.Sprintf(" (rule %s)", e.Detail.Rule)

@@ -27,7 +27,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
-var _ workspace.Sandboxes = (*docker.Driver)(nil)
+var (
+	_ workspace.Sandboxes = (*docker.Driver)(nil)
+	_ workspace.Healer    = (*docker.Driver)(nil) // a stuck agent is restarted, not waited on
+)
 
 func serveCmd(getenv func(string) string) *cobra.Command {
 	var cfg Config

@@ -142,3 +142,13 @@ func readAuth(r io.Reader) (authFrame, error) {
 	}
 	return f, nil
 }
+
+// The agent's own identity (package ident): the driver gives every container an agent
+// uid:gid besides the tool uid:gid (CWS_UID_GID), and the agent's init drops to it.
+const (
+	// EnvAgentUser carries the agent's uid:gid to its init.
+	EnvAgentUser = "CWS_AGENT_UID_GID"
+	// DefaultAgentUser is the agent's uid:gid when the driver names none: beside
+	// nobody (65534), and no image's usual first user.
+	DefaultAgentUser = "65533:65533"
+)

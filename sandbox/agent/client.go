@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -22,18 +23,25 @@ type DialFunc func(ctx context.Context) (io.ReadWriteCloser, error)
 
 // Client calls one agent. It dials lazily, keeps one multiplexed session, and redials
 // transparently when the stream breaks (the agent and its background processes live on
-// in the container). It is safe for concurrent use.
+// in the container). It never waits on a silent agent: every call has a deadline (see
+// Call), and an agent that stops answering is declared unresponsive (see Liveness). It
+// is safe for concurrent use.
 type Client struct {
 	dial    DialFunc
 	log     *slog.Logger
 	version string
+	live    Liveness
 
 	localOpen LocalOpener // nil: every call goes to the agent (see local.go)
 
-	mu    sync.Mutex
-	sess  *yamux.Session
-	peer  Hello
-	local Local // answers reads locally while sess lives; nil when there is none
+	closed chan struct{} // closed by Shutdown
+
+	mu       sync.Mutex
+	shut     bool     // Shutdown was called
+	cur      *link    // the live connection, or nil
+	connects *connect // the dial under way, or nil
+	peer     Hello
+	local    Local // answers reads locally while cur lives; nil when there is none
 }
 
 // NewClient returns a client that reaches the agent through dial. version is the host's
@@ -42,20 +50,45 @@ func NewClient(dial DialFunc, version string, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{dial: dial, log: log, version: version}
+	return &Client{dial: dial, log: log, version: version, live: Liveness{}.withDefaults(), closed: make(chan struct{})}
 }
 
-// Close ends the current stream. The agent keeps running; a later call redials.
+// errClosed is what every call of a client that was shut down returns.
+var errClosed = fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+
+// Close ends the current stream: the calls in flight on it end (those that may be
+// retried are, on a fresh stream), and a later call redials. The agent keeps running.
+// Close never waits on the agent: a stopped agent's stream is cut.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	l := c.cur
+	c.cur = nil
 	c.closeLocal()
-	if c.sess == nil {
-		return nil
+	c.mu.Unlock()
+	if l != nil {
+		return l.sess.Close()
 	}
-	err := c.sess.Close()
-	c.sess = nil
-	return err
+	return nil
+}
+
+// Shutdown ends the client for good: its stream closes, the calls in flight end at
+// once with ErrClosed (the agent is told to stop them), and later calls fail the same
+// way. The agent keeps running. Shutdown never waits on the agent.
+func (c *Client) Shutdown() {
+	c.mu.Lock()
+	if c.shut {
+		c.mu.Unlock()
+		return
+	}
+	c.shut = true
+	close(c.closed)
+	l := c.cur
+	c.cur = nil
+	c.closeLocal()
+	c.mu.Unlock()
+	if l != nil {
+		l.sess.Close()
+	}
 }
 
 // closeLocal drops the local reader with the session it came with. Called with mu.
@@ -85,16 +118,87 @@ func YamuxConfig() *yamux.Config {
 	return cfg
 }
 
-// session returns the live session, dialing and handshaking when there is none.
-func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
+// connect is a dial under way; the calls that need a connection meanwhile share its
+// outcome, so that a silent agent costs them one bounded wait, not one each.
+type connect struct {
+	done chan struct{}
+	l    *link
+	err  error
+}
+
+// session returns the live connection, dialing and handshaking when there is none. The
+// dial runs on its own, bounded by ConnectTimeout and by Close: a caller that gives up
+// leaves it to the others.
+func (c *Client) session(ctx context.Context) (*link, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.sess != nil && !c.sess.IsClosed() {
-		return c.sess, nil
+	if c.shut {
+		c.mu.Unlock()
+		return nil, errClosed
 	}
+	if l := c.cur; l != nil && !l.sess.IsClosed() {
+		c.mu.Unlock()
+		return l, nil
+	}
+	d := c.connects
+	if d == nil {
+		d = &connect{done: make(chan struct{})}
+		c.connects = d
+		go c.connect(context.WithoutCancel(ctx), d)
+	}
+	c.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.l, d.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: connect: %w", ErrUnavailable, ctxErr(ctx))
+	case <-c.closed:
+		return nil, errClosed
+	}
+}
+
+// connect dials, and makes the connection current when it works.
+func (c *Client) connect(ctx context.Context, d *connect) {
+	ctx, cancel := context.WithTimeout(ctx, c.live.ConnectTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	l, local, peer, err := c.open(ctx)
+	c.mu.Lock()
+	c.connects = nil
+	if err == nil && c.shut {
+		err = errClosed
+	}
+	if err == nil {
+		c.closeLocal()
+		c.cur, c.local, c.peer = l, local, peer
+	}
+	c.mu.Unlock()
+	if err != nil && l != nil {
+		if local != nil {
+			local.Close()
+		}
+		l.sess.Close()
+		l = nil
+	}
+	d.l, d.err = l, err
+	close(d.done)
+	if l != nil {
+		c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)
+		go c.watch(l)
+	}
+}
+
+// open dials the agent, shakes hands and starts the multiplexed session, with the local
+// reader when the agent sent its workspace root.
+func (c *Client) open(ctx context.Context) (*link, Local, Hello, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
+		return nil, nil, Hello{}, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
 	}
 	ours := Hello{Protocol: ProtocolVersion, Version: c.version}
 	var rights *rightsReader
@@ -107,31 +211,36 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 			rd = rights
 		}
 	}
-	peer, err := handshake(ctx, conn, rd, ours)
+	peer, err := handshake(ctx, conn, rd, ours, c.live.HandshakeTimeout)
 	if err != nil {
 		if rights != nil {
 			rights.discard()
 		}
 		conn.Close()
-		return nil, err
+		if errors.Is(err, ErrUnresponsive) {
+			c.unresponsive(err)
+		}
+		return nil, nil, Hello{}, err
 	}
-	sess, err := yamux.Client(MuxConn(conn), YamuxConfig())
+	l := newLink()
+	cfg := YamuxConfig()
+	cfg.EnableKeepAlive = false // the watchdog pings instead, and says when the agent went silent (watch)
+	sess, err := yamux.Client(MuxConn(heardConn{conn, l}), cfg)
 	if err != nil {
 		if rights != nil {
 			rights.discard()
 		}
 		conn.Close()
-		return nil, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
+		return nil, nil, Hello{}, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
 	}
-	c.closeLocal()
+	l.sess = sess
+	var local Local
 	if rights != nil {
 		if root := rights.takeRoot(); root != nil {
-			c.local = c.openLocal(root, target)
+			local = c.openLocal(root, target)
 		}
 	}
-	c.sess, c.peer = sess, peer
-	c.log.Debug("agent connected", "agent_version", peer.Version, "protocol", peer.Protocol)
-	return sess, nil
+	return l, local, peer, nil
 }
 
 // openLocal makes the local reader from the root the agent sent, or returns nil (and
@@ -151,8 +260,9 @@ func (c *Client) openLocal(root *os.File, t LocalTarget) Local {
 }
 
 // handshake sends ours and reads theirs from rd (conn, or a reader that also takes a
-// descriptor from it), bounded by ctx.
-func handshake(ctx context.Context, conn io.ReadWriteCloser, rd io.Reader, ours Hello) (Hello, error) {
+// descriptor from it), bounded by ctx and by limit: an agent that does not say hello
+// within limit is unresponsive.
+func handshake(ctx context.Context, conn io.ReadWriteCloser, rd io.Reader, ours Hello, limit time.Duration) (Hello, error) {
 	type res struct {
 		h   Hello
 		err error
@@ -166,11 +276,19 @@ func handshake(ctx context.Context, conn io.ReadWriteCloser, rd io.Reader, ours 
 		h, err := ReadHello(rd)
 		ch <- res{h, err}
 	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		conn.Close()
 		return Hello{}, fmt.Errorf("%w: handshake: %v", ErrUnavailable, ctx.Err())
+	case <-t.C:
+		conn.Close()
+		return Hello{}, unresponsive("the connection is up but the agent did not answer the handshake within %s", limit)
 	case r := <-ch:
+		if r.err != nil && garbled(r.err) { // something answers, but not an agent
+			return Hello{}, unresponsive("the agent's handshake does not parse: %v", r.err)
+		}
 		if r.err != nil {
 			return Hello{}, fmt.Errorf("%w: handshake: %v", ErrUnavailable, r.err)
 		}
@@ -182,15 +300,29 @@ func handshake(ctx context.Context, conn io.ReadWriteCloser, rd io.Reader, ours 
 	}
 }
 
-// drop forgets a broken session so that the next call redials.
-func (c *Client) drop(s *yamux.Session) {
+// garbled reports whether a handshake failed on what came back (a frame that does not
+// parse), not on the stream.
+func garbled(err error) bool {
+	var we *WireError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &we) || errors.As(err, &se) || errors.As(err, &te)
+}
+
+// drop forgets a broken connection so that the next call redials.
+func (c *Client) drop(l *link) {
+	c.forget(l)
+	l.sess.Close()
+}
+
+// forget makes l no longer the current connection, if it was.
+func (c *Client) forget(l *link) {
 	c.mu.Lock()
-	if c.sess == s {
-		c.sess = nil
+	if c.cur == l {
+		c.cur = nil
 		c.closeLocal()
 	}
 	c.mu.Unlock()
-	s.Close()
 }
 
 // EventFunc receives a call's event frames (file data, stdout, stderr) in order.
@@ -204,11 +336,19 @@ type EventFunc func(event string, data []byte) error
 // request id, and the agent answers a repeated id with its first outcome, so each is
 // applied exactly once. Commands (exec, proc.start) are never retried: they fail with
 // an *InterruptedError that says whether the command had started.
+//
+// Every call has a deadline of its own (see callTimeout): the timeout it carries (a
+// command's, a long poll's wait) plus a margin, or a default. A streamed read or archive
+// is bounded instead by how long it may move nothing (StreamIdleTimeout). A call that
+// passes its bound, or whose agent stops answering (see Liveness), ends with
+// ErrUnresponsive, and the agent is told to stop it.
 func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onEvent EventFunc, result any) error {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return fmt.Errorf("encode %s args: %w", op, err)
 	}
+	ctx, cancel := withCallTimeout(ctx, op, callTimeout(op, args))
+	defer cancel()
 	req := &Header{Op: op, Args: raw}
 	if localOp(op) {
 		if _, err := c.session(ctx); err != nil { // a first call connects, and may bring the root
@@ -224,11 +364,14 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 	for attempt := 0; ; attempt++ {
 		var started bool
 		err = c.do(ctx, op, req, body, nil, onEvent, result, &started)
-		if err == nil || !errors.Is(err, errRetryable) {
-			return err
+		if err == nil {
+			return nil
 		}
-		if command(op) {
+		if command(op) && (errors.Is(err, errRetryable) || errors.Is(err, ErrUnresponsive)) {
 			return &InterruptedError{Op: op, Started: started, Err: err}
+		}
+		if !errors.Is(err, errRetryable) {
+			return err
 		}
 		if attempt >= maxRetries || !(idempotent(op) || req.ID != "") {
 			return err
@@ -236,7 +379,9 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 		c.log.Debug("agent stream broke, retrying on a fresh one", "op", op, "attempt", attempt+1, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", op, ctx.Err())
+			return fmt.Errorf("%s: %w", op, ctxErr(ctx))
+		case <-c.closed:
+			return errClosed
 		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
 		}
 	}
@@ -285,24 +430,88 @@ func (c *Client) callStream(ctx context.Context, op string, args json.RawMessage
 
 // do sends the request (and, for a streamed one, its body as data events) and reads
 // events until the done frame. *started is set when the agent says a command started.
+//
+// The call ends early, and the agent is told to stop it, when ctx ends, the client
+// closes, the connection is declared dead, or (for the streams of streamIdle) nothing
+// moves for the stream's idle bound.
 func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in io.Reader, onEvent EventFunc, result any, started *bool) error {
-	sess, err := c.session(ctx)
+	l, err := c.session(ctx)
 	if err != nil {
 		return err
 	}
-	st, err := sess.OpenStream()
+	l.waiting.Add(1) // from here the watchdog pings a silent agent
+	defer l.waiting.Add(-1)
+	st, err := l.sess.OpenStream()
 	if err != nil {
-		c.drop(sess)
-		return fmt.Errorf("%w: %w: open stream: %v", ErrUnavailable, errRetryable, err)
+		return c.broken(l, fmt.Errorf("%w: %w: open stream: %v", ErrUnavailable, errRetryable, err))
 	}
 	defer st.Close()
-	if err := WriteFrame(st, req, body); err != nil {
-		c.drop(sess)
-		return fmt.Errorf("%w: %w: send %s: %v", ErrUnavailable, errRetryable, op, err)
-	}
 
-	// One writer at a time on the stream: the body sender, then the canceller.
-	var wmu sync.Mutex
+	// stop ends the read below with reason (the first one wins), then tells the agent to
+	// stop. The read is unblocked first: a stopped agent may never take the cancel frame.
+	var (
+		wmu      sync.Mutex // one writer at a time on the stream: the body sender, then the canceller
+		sent     atomic.Bool
+		stopOnce sync.Once
+		stopMu   sync.Mutex
+		stopErr  error
+	)
+	stop := func(reason error) {
+		stopOnce.Do(func() {
+			stopMu.Lock()
+			stopErr = reason
+			stopMu.Unlock()
+			_ = st.SetReadDeadline(time.Now())
+			if !sent.Load() { // the request is stuck on its way: give it up
+				_ = st.SetWriteDeadline(time.Now())
+			}
+			go func() {
+				wmu.Lock()
+				defer wmu.Unlock()
+				_ = WriteFrame(st, &Header{Cancel: true}, nil)
+			}()
+		})
+	}
+	stopped := func() error {
+		stopMu.Lock()
+		defer stopMu.Unlock()
+		return stopErr
+	}
+	idle := streamIdle(op)
+	var idleTimer *time.Timer
+	if idle > 0 {
+		idleTimer = time.AfterFunc(idle, func() {
+			stop(unresponsive("%s moved nothing for %s", op, idle))
+		})
+		defer idleTimer.Stop()
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			stop(fmt.Errorf("%s: %w", op, ctxErr(ctx)))
+		case <-c.closed:
+			stop(errClosed)
+		case <-l.dead:
+			stop(l.err)
+		}
+	}()
+
+	wmu.Lock()
+	err = WriteFrame(st, req, body)
+	sent.Store(true)
+	wmu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) { // nothing was sent, and the same request never fits
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if reason := stopped(); reason != nil {
+			return reason
+		}
+		return c.broken(l, fmt.Errorf("%w: %w: send %s: %v", ErrUnavailable, errRetryable, op, err))
+	}
 	if in != nil {
 		go func() {
 			buf := make([]byte, ChunkSize)
@@ -320,33 +529,30 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 				if rerr != nil || werr != nil {
 					return
 				}
+				if idleTimer != nil && stopped() == nil {
+					idleTimer.Reset(idle) // the upload moves
+				}
 			}
 		}()
 	}
 
-	// A canceled ctx tells the agent to stop (it kills the process group) and ends the read.
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-finished:
-		case <-ctx.Done():
-			wmu.Lock()
-			_ = WriteFrame(st, &Header{Cancel: true}, nil)
-			wmu.Unlock()
-			_ = st.SetReadDeadline(time.Now()) // unblock the read below now
-		}
-	}()
-
 	for {
+		if idleTimer != nil {
+			idleTimer.Reset(idle)
+		}
 		h, data, err := ReadFrame(st)
+		if idleTimer != nil {
+			idleTimer.Stop()
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("%s: %w", op, ctx.Err())
+			if reason := stopped(); reason != nil {
+				return reason
 			}
-			if sess.IsClosed() || closedSoon(sess) {
-				c.drop(sess)
-				return fmt.Errorf("%w: %w: %s: %v", ErrUnavailable, errRetryable, op, err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", op, ctxErr(ctx))
+			}
+			if l.sess.IsClosed() || closedSoon(l.sess) {
+				return c.broken(l, fmt.Errorf("%w: %w: %s: %v", ErrUnavailable, errRetryable, op, err))
 			}
 			return fmt.Errorf("%w: %s: read answer: %v", ErrUnavailable, op, err)
 		}
@@ -354,6 +560,21 @@ func (c *Client) do(ctx context.Context, op string, req *Header, body []byte, in
 			return err
 		}
 	}
+}
+
+// broken is the error of a call whose connection l broke under it: why l was declared
+// dead or the client closed, if so (nothing to retry), else err, and l is dropped.
+func (c *Client) broken(l *link, err error) error {
+	if e := l.deadErr(); e != nil {
+		return e
+	}
+	select {
+	case <-c.closed:
+		return errClosed
+	default:
+	}
+	c.drop(l)
+	return err
 }
 
 // takeFrame handles one frame of an answer; done is true at its done frame, err is the
@@ -396,10 +617,13 @@ func closedSoon(s *yamux.Session) bool {
 
 // CallStream is Call with a streamed request body: body is sent in chunks while the
 // agent reads it, so an upload of any size never sits in memory. It is never retried.
+// It is bounded like Call.
 func (c *Client) CallStream(ctx context.Context, op string, args any, body io.Reader, onEvent EventFunc, result any) error {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return fmt.Errorf("encode %s args: %w", op, err)
 	}
+	ctx, cancel := withCallTimeout(ctx, op, callTimeout(op, args))
+	defer cancel()
 	return c.callStream(ctx, op, raw, body, onEvent, result)
 }

@@ -20,4 +20,12 @@
 // number of event frames (file data, stdout, stderr chunks) and ends with one done
 // frame carrying the result or an error with a stable code. Large payloads therefore
 // stream in chunks rather than being buffered into one JSON document.
+//
+// # Deadlines and liveness
+//
+// The host never waits on a silent agent. Every call has a deadline of its own (the
+// timeout it carries plus a margin, or a default; a stream, how long it may move
+// nothing), and a connection that brings nothing while a call waits is pinged: an agent
+// that does not answer is declared unresponsive (ErrUnresponsive), its calls end, and
+// the host is told (Liveness.OnUnresponsive) so that it can restart the agent.
 package agent

@@ -26,6 +26,9 @@ const (
 	// for the file's language); the message says what to install.
 	CodeUnsupported = "unsupported"
 	CodeCommand     = "command_not_allowed" // a program the allowed commands refuse; Path names it
+	// CodeLost: a background process that was lost with the agent (its keeper ended:
+	// the agent or its container was restarted); the message says what is left of it.
+	CodeLost = "lost"
 )
 
 // Sentinels for the codes above; a *WireError matches its code's sentinel with errors.Is.
@@ -45,11 +48,19 @@ var (
 	// ErrNotEnforced: Landlock is required and unavailable.
 	ErrNotEnforced = errors.New("command allowlist cannot be enforced")
 	ErrCommand     = errors.New("command not allowed")
+	ErrLost        = errors.New("background process lost with the agent")
 
 	// ErrVersion is returned by the client when the agent speaks another protocol.
 	ErrVersion = errors.New("agent protocol version mismatch")
 	// ErrUnavailable means the agent could not be reached (the stream broke or never came up).
 	ErrUnavailable = errors.New("agent unavailable")
+	// ErrUnresponsive means the agent stopped answering: a ping, a handshake or a call
+	// went unanswered within its bound (see Liveness and Client.Call). It always comes
+	// with ErrUnavailable.
+	ErrUnresponsive = errors.New("the workspace agent is not responding")
+	// ErrClosed means the client was shut down (see Client.Shutdown). It always comes
+	// with ErrUnavailable.
+	ErrClosed = errors.New("agent client closed")
 )
 
 var codeErr = map[string]error{
@@ -59,6 +70,7 @@ var codeErr = map[string]error{
 	CodeNotEnforced: ErrNotEnforced,
 	CodeUnsupported: ErrUnsupported,
 	CodeCommand:     ErrCommand,
+	CodeLost:        ErrLost,
 }
 
 // WireError is an operation's failure as it travels back to the host.

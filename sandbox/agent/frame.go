@@ -23,6 +23,23 @@ const (
 	ChunkSize = 256 << 10
 )
 
+// RuleFrameSize is the Rule of a CodeTooLarge error about a request or an answer that
+// cannot travel in one frame.
+const RuleFrameSize = "frameSize"
+
+// FrameTooLarge is the error for a frame over MaxHeader or MaxBody: a CodeTooLarge
+// WireError that names the limits. It is never a broken stream: the same frame would
+// never fit, so nothing may retry it.
+func FrameTooLarge(header, body int) *WireError {
+	return frameTooLarge(header, body, MaxHeader, MaxBody)
+}
+
+func frameTooLarge(header, body, maxHeader, maxBody int) *WireError {
+	return &WireError{Code: CodeTooLarge, Rule: RuleFrameSize, Message: fmt.Sprintf(
+		"frame too large: header %d bytes, body %d bytes; one frame of the agent protocol holds at most %d bytes of header and %d bytes of body",
+		header, body, maxHeader, maxBody)}
+}
+
 // Header is a frame's JSON header. Which fields are set depends on the frame's role.
 type Header struct {
 	// Request frames.
@@ -110,7 +127,7 @@ func writeRaw(w io.Writer, header, body []byte) error {
 
 func appendRaw(buf, header, body []byte) ([]byte, error) {
 	if len(header) > MaxHeader || len(body) > MaxBody {
-		return buf, fmt.Errorf("frame too large: header %d, body %d bytes", len(header), len(body))
+		return buf, FrameTooLarge(len(header), len(body))
 	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(header)))
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
@@ -145,7 +162,7 @@ func readRawMax(r io.Reader, maxHeader, maxBody uint32) (header, body []byte, er
 	hl := binary.BigEndian.Uint32(pre[0:4])
 	bl := binary.BigEndian.Uint32(pre[4:8])
 	if hl > maxHeader || bl > maxBody {
-		return nil, nil, fmt.Errorf("frame too large: header %d, body %d bytes", hl, bl)
+		return nil, nil, frameTooLarge(int(hl), int(bl), int(maxHeader), int(maxBody))
 	}
 	buf := make([]byte, int(hl)+int(bl))
 	if _, err := io.ReadFull(r, buf); err != nil {

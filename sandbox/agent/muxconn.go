@@ -133,8 +133,16 @@ func (c *frameConn) flusher() {
 	}
 }
 
-// Close writes what is still waiting (a go-away), then closes the connection.
+// closeWait bounds how long Close waits for what is queued to go out: a peer that
+// stopped reading (a stopped agent) must never hold a Close.
+const closeWait = time.Second
+
+// Close writes what is still waiting (a go-away), then closes the connection. If that
+// does not go out within closeWait (or a large write holds the connection that long),
+// the connection is cut under it: the stuck write fails.
 func (c *frameConn) Close() error {
+	cut := time.AfterFunc(closeWait, func() { c.ReadWriteCloser.Close() })
+	defer cut.Stop()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

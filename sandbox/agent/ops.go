@@ -53,8 +53,8 @@ type PingResult struct {
 	Version  string `json:"version"`
 	UID      int    `json:"uid"`
 	PID      int    `json:"pid"`
-	// Landlock is the kernel's Landlock ABI version the agent's launcher enforces
-	// ExecPolicy with; 0 means unavailable, and restricted commands run unenforced.
+	// Landlock is the kernel's Landlock ABI version the agent enforces ExecPolicy
+	// with; 0 means unavailable, and restricted commands run unenforced.
 	Landlock int `json:"landlock"`
 }
 
@@ -110,14 +110,23 @@ type ListArgs struct {
 	Recursive  bool         `json:"recursive,omitempty"`
 	Globs      []string     `json:"globs,omitempty"` // match workspace-relative paths; directories are still descended
 	MaxEntries int          `json:"maxEntries,omitempty"`
+	NoDirs     bool         `json:"noDirs,omitempty"` // list no directories (they are still descended)
 	Guard      *guard.Guard `json:"guard,omitempty"`
 }
 
-// ListResult is a directory listing, sorted by path.
+// ListResult is a directory listing, sorted by path. A listing stops at MaxEntries, or
+// earlier where more entries would not fit one answer (agent.MaxHeader): it is then
+// Truncated, and Omitted counts the matching entries left out among the next
+// MaxCounted it looks at (so there are at least that many).
 type ListResult struct {
 	Entries   []FileInfo `json:"entries"`
 	Truncated bool       `json:"truncated,omitempty"`
+	Omitted   int        `json:"omitted,omitempty"`
 }
+
+// MaxCounted bounds how many more entries a truncated listing looks at to count what it
+// left out: the count costs a directory read per directory, never a stat.
+const MaxCounted = 100000
 
 // RemoveArgs removes a file, or a directory tree when Recursive.
 type RemoveArgs struct {
@@ -164,10 +173,14 @@ type Match struct {
 	Text   string `json:"text"`
 }
 
-// SearchResult lists matches sorted by path, then line.
+// SearchResult lists matches sorted by path, then line. A search stops at MaxResults,
+// and an answer keeps no more matches than fit in it (agent.MaxHeader): it is then
+// Truncated, and Omitted counts the matches found but left out (the search stopped
+// early, so there may be more).
 type SearchResult struct {
 	Matches       []Match `json:"matches"`
 	Truncated     bool    `json:"truncated,omitempty"`
+	Omitted       int     `json:"omitted,omitempty"`
 	FilesSearched int     `json:"filesSearched"`
 }
 
@@ -184,9 +197,10 @@ type ExecArgs struct {
 	Launch    *ExecPolicy       `json:"launch,omitempty"` // nil: the command may execute anything
 }
 
-// ExecPolicy is what a command and all its descendants may execute. The agent starts
-// the command through its launcher, which restricts itself with Landlock so that only
-// these files can be executed, then execs the command in the same process.
+// ExecPolicy is what a command and all its descendants may execute. The agent forks
+// the command from a thread that it first restricts with Landlock so that only these
+// files can be executed; the command inherits the restriction (package
+// server/launch).
 type ExecPolicy struct {
 	// Programs are bare names, each looked up on SafePath (symlinks resolved). Each
 	// match may be executed, and so may its ELF interpreter and its #! interpreters.
@@ -374,10 +388,13 @@ type LSPArgs struct {
 }
 
 // LSPResult is the tool's result in the seed's shape, and how many locations (or edits)
-// were left out because they point into paths the guard refuses.
+// were left out because they point into paths the guard refuses. A result that would not
+// fit one answer keeps its first items: Omitted counts the ones left out (an object
+// result also says "truncated": true and "omitted" itself).
 type LSPResult struct {
 	Result  json.RawMessage `json:"result"`
 	Dropped int             `json:"dropped,omitempty"`
+	Omitted int             `json:"omitted,omitempty"`
 }
 
 // Terminal operations: a persistent, policy-checked shell per terminal id (package

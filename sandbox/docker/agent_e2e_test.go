@@ -175,10 +175,11 @@ func e2eMatching(ps []e2eProc, keep func(args string) bool) []e2eProc {
 	return out
 }
 
-// nonRoot: the agent and the commands it runs are the tool uid, not root.
+// nonRoot: the agent runs as its own uid, neither root nor the tool uid, and the
+// commands it runs are the tool uid.
 func (e *e2eEnv) nonRoot(t *testing.T) {
-	if e.ping.UID != 1000 {
-		t.Errorf("Ping UID = %d, want 1000", e.ping.UID)
+	if want, _, _ := parseUser(agent.DefaultAgentUser); e.ping.UID != want {
+		t.Errorf("Ping UID = %d, want the agent's own %d", e.ping.UID, want)
 	}
 	res := e.exec(t, agent.ExecArgs{Argv: []string{"id", "-u"}})
 	if res.ExitCode != 0 || string(res.Stdout) != "1000\n" {
@@ -394,7 +395,7 @@ func (e *e2eEnv) reconnect(t *testing.T) {
 		if len(ours) != 1 {
 			t.Fatalf("bridges of this client = %+v (before it dialed: %+v), want one", ours, pre)
 		}
-		out, code, err := e.d.Exec(ctx, e.id, []string{"kill", strconv.Itoa(ours[0].pid)}, "1000:1000")
+		out, code, err := e.d.Exec(ctx, e.id, []string{"kill", strconv.Itoa(ours[0].pid)}, agent.DefaultAgentUser)
 		if err != nil || code != 0 {
 			t.Fatalf("kill bridge %d: exit %d, %v: %s", ours[0].pid, code, err, out)
 		}

@@ -67,7 +67,7 @@ func (d *Driver) attachExec(ctx context.Context, c container.InspectResponse) (i
 	id := c.ID
 	exec, err := d.cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{
 		Cmd:          []string{agentPath, "attach"},
-		User:         toolUser(c),
+		User:         agentUser(c), // the agent refuses the tool uid on its socket
 		WorkingDir:   sandbox.WorkspaceDir,
 		AttachStdin:  true,
 		AttachStdout: true,

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // Create makes the session's workspace volume and hardened container and starts it,
@@ -103,7 +104,7 @@ func (d *Driver) socketFor(log *slog.Logger, spec sandbox.Spec) socketSetup {
 	if name, _ := d.transport.get(); name != TransportSocket {
 		return socketSetup{}
 	}
-	ss, err := d.newSocketDir(spec.User)
+	ss, err := d.newSocketDir(agent.DefaultAgentUser)
 	if err != nil {
 		log.Warn("no socket directory: this sandbox is reached through the exec stream", "err", err)
 		return socketSetup{}

@@ -1,6 +1,7 @@
 // Package docker is the Docker driver for sandboxes: it creates, starts, attaches to,
-// inspects and removes one hardened container per session, and injects the static
-// cws-agent into any image through a read-only, content-addressed agent volume.
+// inspects, heals (heal.go: an agent that stopped answering) and removes one hardened
+// container per session, and injects the static cws-agent into any image through a
+// read-only, content-addressed agent volume.
 //
 // Everything the driver owns carries the sandbox.Label* labels, so a restarted cws can
 // find it again with List. The driver keeps no state besides the Docker client, whether

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // execOutputMax bounds the stdout Exec keeps; the rest is read and dropped.
@@ -36,9 +37,15 @@ func (d *Driver) Exec(ctx context.Context, id string, argv []string, user string
 	if user == "" {
 		user = toolUser(c)
 	}
+	var env []string
+	if user != agentUser(c) {
+		// An exec inherits the container's environment: only the agent may hold its secret.
+		env = []string{agent.EnvSecret + "="}
+	}
 	exec, err := d.cli.ContainerExecCreate(ctx, c.ID, container.ExecOptions{
 		Cmd:          argv,
 		User:         user,
+		Env:          env,
 		WorkingDir:   sandbox.WorkspaceDir,
 		AttachStdout: true,
 		AttachStderr: true,

@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // Inspect reports one sandbox by container id or name. A missing container, or a
@@ -74,6 +75,19 @@ func workspaceVolume(mounts []container.MountPoint) string {
 		}
 	}
 	return ""
+}
+
+// agentUser is the uid:gid the agent of c runs as: its CWS_AGENT_UID_GID, or the tool
+// user for a container made by an older cws, whose agent shares the tool uid.
+func agentUser(c container.InspectResponse) string {
+	if c.Config != nil {
+		for _, e := range c.Config.Env {
+			if v, ok := strings.CutPrefix(e, agent.EnvAgentUser+"="); ok && userRE.MatchString(v) {
+				return v
+			}
+		}
+	}
+	return toolUser(c)
 }
 
 // toolUser is the uid:gid that tool processes run as in a container: its CWS_UID_GID.

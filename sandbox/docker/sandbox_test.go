@@ -101,7 +101,7 @@ func checkHardening(t *testing.T, cli *client.Client, d *Driver, id string, spec
 	for _, c := range hc.CapAdd {
 		capAdd = append(capAdd, strings.TrimPrefix(c, "CAP_"))
 	}
-	if slices.Sort(capAdd); !slices.Equal(capAdd, []string{"CHOWN", "SETGID", "SETUID"}) {
+	if slices.Sort(capAdd); !slices.Equal(capAdd, []string{"CHOWN", "KILL", "SETGID", "SETUID"}) {
 		t.Errorf("CapAdd = %v", hc.CapAdd)
 	}
 	if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
@@ -232,7 +232,7 @@ func checkPing(t *testing.T, d *Driver, id string) {
 	if err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
-	if res.UID != 1000 || res.Protocol != agent.ProtocolVersion {
+	if want, _, _ := parseUser(agent.DefaultAgentUser); res.UID != want || res.Protocol != agent.ProtocolVersion {
 		t.Errorf("Ping = %+v", res)
 	}
 }
@@ -276,8 +276,11 @@ func checkExec(t *testing.T, d *Driver, id string) {
 	}{
 		{"tool uid", []string{"id", "-u"}, "1000:1000", 0, regexp.MustCompile(`^1000\n$`)},
 		{"default user is the tool uid", []string{"id", "-u"}, "", 0, regexp.MustCompile(`^1000\n$`)},
-		{"init dropped to tool uid", []string{"cat", "/proc/1/status"}, "", 0, regexp.MustCompile(`(?m)^Uid:\s+1000\s+1000\s+1000\s+1000$`)},
-		{"init has no effective caps", []string{"cat", "/proc/1/status"}, "", 0, regexp.MustCompile(`(?m)^CapEff:\s+0000000000000000$`)},
+		{"init dropped to the agent uid", []string{"cat", "/proc/1/status"}, "0:0", 0, regexp.MustCompile(`(?m)^Uid:\s+65533\s+65533\s+65533\s+65533$`)},
+		// KILL, SETGID and SETUID (bits 5-7), and nothing else, never inheritable.
+		{"init keeps only its three caps", []string{"cat", "/proc/1/status"}, "0:0", 0, regexp.MustCompile(`(?m)^CapEff:\s+00000000000000e0$`)},
+		{"a tool process has no caps", []string{"cat", "/proc/self/status"}, "", 0, regexp.MustCompile(`(?m)^CapEff:\s+0000000000000000\nCapBnd`)},
+		{"the tool user cannot read the agent", []string{"cat", "/proc/1/environ"}, "", 1, nil},
 		{"init no_new_privs", []string{"cat", "/proc/1/status"}, "", 0, regexp.MustCompile(`(?m)^NoNewPrivs:\s+1$`)},
 		{"workspace writable", []string{"touch", "/workspace/.probe"}, "", 0, nil},
 		{"tmp writable", []string{"touch", "/tmp/.probe"}, "", 0, nil},

@@ -57,8 +57,10 @@ func dialAgentSocket(ctx context.Context, socketDir, key string) (net.Conn, erro
 	return dialer.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
 
-// socketAuthTimeout bounds the secret handshake when ctx has no earlier deadline.
-const socketAuthTimeout = 10 * time.Second
+// socketAuthTimeout bounds the secret handshake when ctx has no earlier deadline. A
+// live agent answers in a millisecond; one that does not (stopped, wedged) costs this
+// much before the exec stream is tried.
+const socketAuthTimeout = 5 * time.Second
 
 // dialAgent dials a container's agent socket and proves it with the container's
 // secret (agent.AuthenticateAgent). The returned connection is ready for the Hello.

@@ -129,12 +129,19 @@ func TestSocketTransport(t *testing.T) {
 	})
 
 	t.Run("planted link to a host socket", func(t *testing.T) {
-		// A command in the sandbox replaces the agent's socket with a link to a host
+		// The tool user may not touch the socket directory at all.
+		res := e.exec(t, agent.ExecArgs{Argv: []string{"sh", "-c", "rm -f " + agent.RunDir + "/" + agent.SocketName}})
+		if res.ExitCode == 0 {
+			t.Fatalf("the tool user removed the agent's socket: %+v", res)
+		}
+		// A compromised agent (its own uid) replaces its socket with a link to a host
 		// socket (what docker.sock would be). cws must not connect to it, and the call
 		// must still work, over the exec stream.
 		dog := newCanary(t)
-		e.exec(t, agent.ExecArgs{Argv: []string{"sh", "-c", "rm -f " + agent.RunDir + "/" + agent.SocketName +
-			" && ln -s " + dog.path + " " + agent.RunDir + "/" + agent.SocketName}})
+		if out, code, err := d.Exec(t.Context(), info.ID, []string{"sh", "-c", "rm -f " + agent.RunDir + "/" + agent.SocketName +
+			" && ln -s " + dog.path + " " + agent.RunDir + "/" + agent.SocketName}, agent.DefaultAgentUser); err != nil || code != 0 {
+			t.Fatalf("plant the link as the agent: %d %v %s", code, err, out)
+		}
 		fi, err := os.Lstat(filepath.Join(dir, agent.SocketName))
 		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 			t.Fatalf("the link was not planted: %v %v", fi, err)
@@ -170,7 +177,7 @@ func TestSocketTransport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, code, err := d.Exec(t.Context(), info.ID, []string{"kill", strconv.Itoa(pr.PID)}, ""); err != nil || code != 0 {
+		if out, code, err := d.Exec(t.Context(), info.ID, []string{"kill", strconv.Itoa(pr.PID)}, "0:0"); err != nil || code != 0 {
 			t.Fatalf("kill the agent: %d %v %s", code, err, out)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)

@@ -71,6 +71,9 @@ func validate(spec sandbox.Spec) error {
 	if spec.User != "" && !nonRoot(spec.User) {
 		return fmt.Errorf("%w: user %q must be a numeric, non-root uid:gid", ErrInvalid, spec.User)
 	}
+	if spec.User != "" && sharesAgentIDs(spec.User) {
+		return fmt.Errorf("%w: user %q shares a uid or gid with the agent (%s): pick another tool user", ErrInvalid, spec.User, agent.DefaultAgentUser)
+	}
 	for k := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return fmt.Errorf("%w: env name %q", ErrInvalid, k)
@@ -88,6 +91,14 @@ func nonRoot(user string) bool {
 	uid, err1 := strconv.ParseUint(u, 10, 32)
 	gid, err2 := strconv.ParseUint(g, 10, 32)
 	return err1 == nil && err2 == nil && uid != 0 && gid != 0
+}
+
+// sharesAgentIDs reports whether the tool uid:gid user has the agent's uid or gid: the
+// agent must be out of reach of everything the tool user runs.
+func sharesAgentIDs(user string) bool {
+	u, g, _ := strings.Cut(user, ":")
+	au, ag, _ := strings.Cut(agent.DefaultAgentUser, ":")
+	return u == au || g == ag
 }
 
 // labels adds the driver's instance to the spec's labels.
@@ -121,8 +132,8 @@ func labels(spec sandbox.Spec) map[string]string {
 	return l
 }
 
-// env is spec.Env, sorted, with CWS_UID_GID last (the spec cannot override it, nor set
-// the agent's secret).
+// env is spec.Env, sorted, with the agent's uid:gid and CWS_UID_GID last (the spec
+// cannot override them, nor set the agent's secret).
 func env(spec sandbox.Spec) []string {
 	user := spec.User
 	if user == "" {
@@ -130,11 +141,11 @@ func env(spec sandbox.Spec) []string {
 	}
 	out := make([]string, 0, len(spec.Env)+1)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		if k != envUIDGID && k != agent.EnvSecret {
+		if k != envUIDGID && k != agent.EnvSecret && k != agent.EnvAgentUser {
 			out = append(out, k+"="+spec.Env[k])
 		}
 	}
-	return append(out, envUIDGID+"="+user)
+	return append(out, agent.EnvAgentUser+"="+agent.DefaultAgentUser, envUIDGID+"="+user)
 }
 
 // containerConfig is the hardened container for spec. See DESIGN.md, "The sandbox".
@@ -165,13 +176,14 @@ func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.
 	host := &container.HostConfig{
 		NetworkMode:   network,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // cws reconciles
-		// Trade-off: init needs CHOWN (workspace volume) and SETUID/SETGID (to drop to
-		// the tool uid) for its first milliseconds. They stay in the bounding set, but
-		// no-new-privileges and the non-root uid leave every later process with zero
-		// effective capabilities; the alternative (chown in a separate root exec before
-		// start) costs a round trip per create and still needs CHOWN somewhere.
+		// Init needs CHOWN (the workspace volume, the agent's own directories) for its
+		// first milliseconds as root. It then drops to the agent's own uid keeping
+		// SETUID, SETGID (to act as the tool user) and KILL (to signal the tool user's
+		// processes), in the agent's permitted and effective sets only (package
+		// sandbox/agent/ident). Every tool process runs as the tool uid with no
+		// capability at all: exec clears them, no-new-privileges keeps them away.
 		CapDrop:        []string{"ALL"},
-		CapAdd:         []string{"CHOWN", "SETUID", "SETGID"},
+		CapAdd:         []string{"CHOWN", "SETUID", "SETGID", "KILL"},
 		SecurityOpt:    []string{"no-new-privileges"}, // the default seccomp profile stays on
 		ReadonlyRootfs: true,
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d", lim.TmpSizeBytes)},

@@ -30,6 +30,8 @@ func TestValidate(t *testing.T) {
 		{"user name", func(s *sandbox.Spec) { s.User = "cws" }, false},
 		{"root uid", func(s *sandbox.Spec) { s.User = "0:1000" }, false},
 		{"root gid", func(s *sandbox.Spec) { s.User = "1000:0" }, false},
+		{"the agent's uid", func(s *sandbox.Spec) { s.User = "65533:1000" }, false},
+		{"the agent's gid", func(s *sandbox.Spec) { s.User = "1000:65533" }, false},
 		{"root uid, padded", func(s *sandbox.Spec) { s.User = "00:1000" }, false},
 		{"uid too large", func(s *sandbox.Spec) { s.User = "9999999999:1" }, false},
 		{"uid 10", func(s *sandbox.Spec) { s.User = "10:10" }, true},
@@ -84,9 +86,9 @@ func TestEnv(t *testing.T) {
 		spec sandbox.Spec
 		want []string
 	}{
-		{"default user", sandbox.Spec{}, []string{"CWS_UID_GID=1000:1000"}},
-		{"sorted, uid last and not overridable", sandbox.Spec{User: "7:8", Env: map[string]string{"B": "2", "A": "1", "CWS_UID_GID": "0:0"}},
-			[]string{"A=1", "B=2", "CWS_UID_GID=7:8"}},
+		{"default user", sandbox.Spec{}, []string{"CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=1000:1000"}},
+		{"sorted, uids last and not overridable", sandbox.Spec{User: "7:8", Env: map[string]string{"B": "2", "A": "1", "CWS_UID_GID": "0:0", "CWS_AGENT_UID_GID": "7:8"}},
+			[]string{"A=1", "B=2", "CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=7:8"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

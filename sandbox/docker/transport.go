@@ -147,7 +147,8 @@ type socketSetup struct {
 	secret string // hex; the container's env agent.EnvSecret
 }
 
-// newSocketDir makes a container's socket directory, writable by the tool uid:gid.
+// newSocketDir makes a container's socket directory, writable by the agent's uid:gid
+// (the agent's init makes it so too, when cws could not chown it).
 // When cws is root it owns the directory to the tool uid (mode 0711); otherwise the
 // directory is cws's with mode 0733. Either way it sits in cws's 0700 directory, so no
 // one else reaches it, and the agent can make its socket there but never replace the
@@ -164,7 +165,7 @@ func (d *Driver) newSocketDir(user string) (socketSetup, error) {
 	return ss, nil
 }
 
-// makeSocketDir makes the socket directory named key for the tool uid:gid user.
+// makeSocketDir makes the socket directory named key for the agent's uid:gid user.
 func (d *Driver) makeSocketDir(key, user string) error {
 	dir := filepath.Join(d.socketDir, key)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -200,7 +201,7 @@ func (d *Driver) restoreSocketDir(c container.InspectResponse) {
 		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
 		return
 	}
-	if err := d.makeSocketDir(key, toolUser(c)); err != nil {
+	if err := d.makeSocketDir(key, agentUser(c)); err != nil {
 		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
 	}
 }

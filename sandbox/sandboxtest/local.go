@@ -31,14 +31,66 @@ type Local struct {
 	// Creates counts Create calls.
 	Creates int
 	// Starts counts Start calls.
-	Starts int
+	Starts                  int
+	agentRestarts, restarts int // see Heals
+	// StuckAfterAgentRestart keeps a frozen agent frozen through RestartAgent, so that
+	// only Restart brings it back.
+	StuckAfterAgentRestart bool
 }
 
 type local struct {
-	info sandbox.Info
-	dir  string
-	srv  *server.Server
-	lbl  map[string]string
+	info   sandbox.Info
+	dir    string
+	srv    *server.Server
+	lbl    map[string]string
+	frozen *gate
+}
+
+// gate stops an agent's connections as SIGSTOP stops a process: while closed, the agent
+// neither reads nor writes on them.
+type gate struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	closed bool
+}
+
+func newGate() *gate {
+	g := &gate{}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *gate) set(closed bool) {
+	g.mu.Lock()
+	g.closed = closed
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	for g.closed {
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+}
+
+// gatedConn is the agent's end of a connection, held while its gate is closed.
+type gatedConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c gatedConn) Read(p []byte) (int, error) {
+	c.g.wait()
+	n, err := c.Conn.Read(p)
+	c.g.wait()
+	return n, err
+}
+
+func (c gatedConn) Write(p []byte) (int, error) {
+	c.g.wait()
+	return c.Conn.Write(p)
 }
 
 // New returns an empty Local whose sandboxes are removed when the test ends.
@@ -48,6 +100,7 @@ func New(t testing.TB) *Local {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, s := range l.sb {
+			s.frozen.set(false)
 			s.srv.Close()
 			os.RemoveAll(s.dir)
 		}
@@ -81,7 +134,7 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 		lbl[sandbox.LabelDefault] = "true"
 		info.Default = true
 	}
-	l.sb[id] = &local{info: info, dir: dir, srv: srv, lbl: lbl}
+	l.sb[id] = &local{info: info, dir: dir, srv: srv, lbl: lbl, frozen: newGate()}
 	return info, nil
 }
 
@@ -98,8 +151,71 @@ func (l *Local) Attach(ctx context.Context, id string) (io.ReadWriteCloser, erro
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrStopped)
 	}
 	c, srvSide := net.Pipe()
-	go s.srv.ServeConn(srvSide)
+	go s.srv.ServeConn(gatedConn{srvSide, s.frozen})
 	return c, nil
+}
+
+// Freeze stops a sandbox's agent as SIGSTOP would: it neither reads nor answers, on
+// its connections and on new ones, until Thaw, RestartAgent or Restart.
+func (l *Local) Freeze(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sb[id]; ok {
+		s.frozen.set(true)
+	}
+}
+
+// Thaw lets a frozen agent run again.
+func (l *Local) Thaw(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sb[id]; ok {
+		s.frozen.set(false)
+	}
+}
+
+// Heals counts the RestartAgent and Restart calls (workspace.Healer) so far.
+func (l *Local) Heals() (agent, whole int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.agentRestarts, l.restarts
+}
+
+// RestartAgent restarts the sandbox's agent (workspace.Healer): its connections end
+// and a fresh, running agent serves the same directory. With StuckAfterAgentRestart,
+// a frozen agent stays frozen.
+func (l *Local) RestartAgent(ctx context.Context, id string) error {
+	return l.restart(id, false)
+}
+
+// Restart restarts the sandbox (workspace.Healer), keeping its directory.
+func (l *Local) Restart(ctx context.Context, id string) error {
+	return l.restart(id, true)
+}
+
+func (l *Local) restart(id string, whole bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.sb[id]
+	if !ok {
+		return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	if whole {
+		l.restarts++
+	} else {
+		l.agentRestarts++
+		if l.StuckAfterAgentRestart && s.frozen.closed {
+			return nil
+		}
+	}
+	srv, err := server.New(server.Config{Root: s.dir, Version: "test"})
+	if err != nil {
+		return err
+	}
+	s.frozen.set(false) // continued, then killed: its connections end
+	s.srv.Close()
+	s.srv, s.frozen, s.info.Running = srv, newGate(), true
+	return nil
 }
 
 // Start starts a stopped sandbox again (Stop's undo); unknown ids are ErrNotFound.
@@ -121,6 +237,7 @@ func (l *Local) Stop(id string) {
 	defer l.mu.Unlock()
 	if s, ok := l.sb[id]; ok {
 		s.info.Running = false
+		s.frozen.set(false) // a stopped agent is killed all the same
 		s.srv.Close()
 	}
 }
@@ -130,6 +247,7 @@ func (l *Local) Remove(ctx context.Context, id string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s, ok := l.sb[id]; ok {
+		s.frozen.set(false) // a stopped agent is killed all the same
 		s.srv.Close()
 		os.RemoveAll(s.dir)
 		delete(l.sb, id)

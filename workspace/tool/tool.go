@@ -118,6 +118,9 @@ type Env interface {
 	// State is the session's small key/value state in the session store (editor state,
 	// breakpoints): it survives a cws restart on Redis and every replica sees it.
 	State() State
+	// Note adds a remark beside the call's result: that it was cut to a size limit, and
+	// what was left out, where the result's shape (an array) has no room to say so.
+	Note(remark string)
 }
 
 // State is a session's per-toolset state, JSON values by key.
@@ -227,7 +230,7 @@ type Failure struct {
 
 // FailureDetail says what failed and where.
 type FailureDetail struct {
-	Code    string `json:"code"` // not_found, exists, is_dir, not_dir, not_empty, unsupported, failed, git_failed…
+	Code    string `json:"code"` // not_found, exists, is_dir, not_dir, not_empty, unsupported, lost, failed, git_failed…
 	Message string `json:"message"`
 	Path    string `json:"path,omitempty"`
 }
@@ -243,7 +246,8 @@ func (f *Fail) Error() string { return f.Message }
 type Failed interface{ Failed() bool }
 
 // AsFailure turns execution outcomes into a tool result: a Fail, or an agent's
-// not-found, exists, is-a-directory, not-a-directory, not-empty or unsupported.
+// not-found, exists, is-a-directory, not-a-directory, not-empty, unsupported, or lost
+// (a background process lost with the agent).
 func AsFailure(err error) (Failure, bool) {
 	var f *Fail
 	if errors.As(err, &f) {
@@ -254,7 +258,7 @@ func AsFailure(err error) (Failure, bool) {
 		return Failure{}, false
 	}
 	switch we.Code {
-	case agent.CodeNotFound, agent.CodeExists, agent.CodeIsDir, agent.CodeNotDir, agent.CodeNotEmpty, agent.CodeUnsupported:
+	case agent.CodeNotFound, agent.CodeExists, agent.CodeIsDir, agent.CodeNotDir, agent.CodeNotEmpty, agent.CodeUnsupported, agent.CodeLost:
 		return Failure{Error: FailureDetail{Code: we.Code, Message: we.Message, Path: we.Path}}, true
 	}
 	return Failure{}, false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/ident"
 )
 
 // outcomesKept is how many recent request outcomes the agent remembers: far more than
@@ -57,7 +58,7 @@ var runningMark = []byte(`{"running":true}`)
 func newOutcomes(dir string) *outcomes {
 	o := &outcomes{dir: dir, m: map[string]*outcome{}}
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := ident.Private(func() error { return os.MkdirAll(dir, 0o700) }); err != nil {
 			o.dir = ""
 		} else {
 			o.sweep()
@@ -88,7 +89,7 @@ func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 		o.order = o.order[1:]
 		delete(o.m, old)
 		if o.dir != "" {
-			_ = os.Remove(filepath.Join(o.dir, old))
+			private(func() error { return os.Remove(filepath.Join(o.dir, old)) })
 		}
 	}
 	o.mu.Unlock()
@@ -99,7 +100,7 @@ func (o *outcomes) begin(id string) (oc *outcome, first, inDoubt bool) {
 		// Written before the caller applies the request, outside the lock (a duplicate
 		// of id finds its slot in the map meanwhile). Not atomic on purpose: a torn
 		// mark reads as no mark, and then the request had provably not been applied.
-		_ = os.WriteFile(filepath.Join(o.dir, id), runningMark, 0o600)
+		private(func() error { return os.WriteFile(filepath.Join(o.dir, id), runningMark, 0o600) })
 	}
 	return oc, true, found
 }
@@ -112,16 +113,19 @@ func (o *outcomes) finish(id string, oc *outcome, h *agent.Header, body []byte) 
 		// The mark goes before the slot: a retry must find neither or both gone.
 		o.mu.Lock()
 		if o.dir != "" && validID(id) {
-			_ = os.Remove(filepath.Join(o.dir, id))
+			private(func() error { return os.Remove(filepath.Join(o.dir, id)) })
 		}
 		delete(o.m, id)
 		o.mu.Unlock()
 	} else if o.dir != "" {
 		if b, err := json.Marshal(stored{Header: h, Body: body}); err == nil {
 			tmp := filepath.Join(o.dir, "."+id)
-			if os.WriteFile(tmp, b, 0o600) == nil {
-				_ = os.Rename(tmp, filepath.Join(o.dir, id))
-			}
+			private(func() error {
+				if err := os.WriteFile(tmp, b, 0o600); err != nil {
+					return err
+				}
+				return os.Rename(tmp, filepath.Join(o.dir, id))
+			})
 		}
 	}
 	close(oc.done)
@@ -132,7 +136,11 @@ func (o *outcomes) load(id string) (stored, bool) {
 	if o.dir == "" || !validID(id) {
 		return st, false
 	}
-	b, err := os.ReadFile(filepath.Join(o.dir, id))
+	var b []byte
+	err := ident.Private(func() (err error) {
+		b, err = os.ReadFile(filepath.Join(o.dir, id))
+		return err
+	})
 	if err != nil || json.Unmarshal(b, &st) != nil || (st.Header == nil && !st.Running) {
 		return st, false
 	}
@@ -141,15 +149,18 @@ func (o *outcomes) load(id string) (stored, bool) {
 
 // sweep deletes persisted outcomes older than outcomesMaxAge.
 func (o *outcomes) sweep() {
-	ents, err := os.ReadDir(o.dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > outcomesMaxAge {
-			_ = os.Remove(filepath.Join(o.dir, e.Name()))
+	private(func() error {
+		ents, err := os.ReadDir(o.dir)
+		if err != nil {
+			return err
 		}
-	}
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > outcomesMaxAge {
+				_ = os.Remove(filepath.Join(o.dir, e.Name()))
+			}
+		}
+		return nil
+	})
 }
 
 // validID keeps request ids to plain file names.
@@ -203,3 +214,8 @@ func (s *Server) settle(h *agent.Header, res any, err error) (any, error) {
 	}
 	return res, err
 }
+
+// private runs fn with the agent's own fs identity: the outcomes live in the agent's
+// state directory, which the tool user cannot enter (package ident). Its error is
+// dropped, as every outcome write is best effort.
+func private(fn func() error) { _ = ident.Private(fn) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/ident"
 )
 
 // Exec defaults.
@@ -27,8 +28,8 @@ const (
 )
 
 // command prepares argv to run without a shell in a workspace directory, in its own
-// process group, with the fixed base environment plus env, and through the launcher
-// when launch restricts what it may execute.
+// process group, with the fixed base environment plus env, and restricted by Landlock
+// when launch restricts what it may execute (launcher.go).
 func (s *Server) command(argv []string, cwd string, env map[string]string, g *guard.Guard, launch *agent.ExecPolicy) (*prepared, error) {
 	cmd, err := s.baseCommand(argv, cwd, env, g)
 	if err != nil {
@@ -37,7 +38,7 @@ func (s *Server) command(argv []string, cwd string, env map[string]string, g *gu
 	return s.launchThrough(cmd, launch)
 }
 
-// baseCommand is command without the launcher.
+// baseCommand is command without the exec policy.
 func (s *Server) baseCommand(argv []string, cwd string, env map[string]string, g *guard.Guard) (*exec.Cmd, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "argv must name a command")
@@ -62,7 +63,8 @@ func (s *Server) baseCommand(argv []string, cwd string, env map[string]string, g
 	cmd.Args[0] = argv[0]
 	cmd.Dir = filepath.Join(s.ws.dir, t.real)
 	cmd.Env = s.environ(env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// As the tool user, never the agent's own uid (package ident).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: ident.Credential()}
 	return cmd, nil
 }
 

@@ -159,6 +159,9 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 		if swapped(err) {
 			return nil, agent.Errorf(agent.CodeDenied, a.Path, "the path keeps changing while it is written (a symlink was swapped in)")
 		}
+		if info, ok := fi.(agent.FileInfo); ok && err == nil {
+			s.lspWrote(info.Path, a.Guard, false) // a project's language server starts in the background (lsp.go)
+		}
 		return fi, s.noSpace(err, a.Path, len(body)) // diskfull.go
 	}
 }

@@ -2,7 +2,7 @@ package server
 
 import (
 	"errors"
-	"io"
+	"fmt"
 	"os"
 	"os/exec"
 
@@ -10,27 +10,23 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 )
 
-// prepared is a command ready to start, directly or through the launcher.
+// prepared is a command ready to start, restricted or not.
 type prepared struct {
 	*exec.Cmd
-	// status is the read end of the launcher's status pipe (nil when not launched);
-	// statusW is the launcher's end, closed here once it started.
-	status, statusW *os.File
+	// policy, when not nil, is what the command may execute: start enforces it with
+	// the ruleset rulesets keeps for it, which grants nothing beneath exclude (the
+	// workspace).
+	policy   *agent.ExecPolicy
+	rulesets *launch.Cache
+	exclude  string
 	// unenforced: the command has an ExecPolicy that Landlock could not enforce.
 	unenforced bool
 }
 
-// launchThrough routes cmd through the launcher when p restricts what it may execute.
-// Without Landlock (or without a launcher) the command runs unenforced, or is refused
-// when p requires enforcement.
+// launchThrough prepares cmd to start under p, which restricts what it may execute.
+// Without Landlock (or with no Launcher configured) the command runs unenforced, or is
+// refused when p requires enforcement.
 func (s *Server) launchThrough(cmd *exec.Cmd, p *agent.ExecPolicy) (*prepared, error) {
-	return s.launchVia(cmd, p, true)
-}
-
-// launchVia is launchThrough; withStatus false leaves out the status pipe, for callers
-// that start the command themselves (the terminal's interpreter): a launcher failure is
-// then the command's non-zero exit, with the reason on its stderr.
-func (s *Server) launchVia(cmd *exec.Cmd, p *agent.ExecPolicy, withStatus bool) (*prepared, error) {
 	pc := &prepared{Cmd: cmd}
 	if p == nil {
 		return pc, nil
@@ -45,40 +41,26 @@ func (s *Server) launchVia(cmd *exec.Cmd, p *agent.ExecPolicy, withStatus bool) 
 		pc.unenforced = true
 		return pc, nil
 	}
-	argv := cmd.Args
-	if !withStatus {
-		cmd.Args = append([]string{s.cfg.Launcher}, launch.Args(p, s.ws.dir, cmd.Path, argv, false)...)
-		cmd.Path = s.cfg.Launcher
-		return pc, nil
+	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Pdeathsig != 0 {
+		// It would come at once: when the thread that forked the command ends (start).
+		return nil, errors.New("a command restricted by an exec policy can't have a parent-death signal")
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Args = append([]string{s.cfg.Launcher}, launch.Args(p, s.ws.dir, cmd.Path, argv, true)...)
-	cmd.Path = s.cfg.Launcher
-	cmd.ExtraFiles = []*os.File{w} // fd launch.StatusFD
-	pc.status, pc.statusW = r, w
+	pc.policy, pc.rulesets, pc.exclude = p, s.rulesets, s.ws.dir
 	return pc, nil
 }
 
-// start starts the command and, when it goes through the launcher, waits until the
-// launcher has exec'd it: a launcher failure (Landlock refused, the program not
-// executable) is a start error, and the launcher is reaped.
+// start starts the command, restricted to its policy when it has one: forked from a
+// thread of the agent's that the policy's Landlock ruleset restricts first (the
+// policy's rules are built once and kept, launch.Cache), so no program runs in front
+// of it. A refusal (the program itself not allowed, a ruleset that can't be built) is
+// a start error, worded as the launcher worded it.
 func (pc *prepared) start() error {
-	if pc.status == nil {
+	if pc.policy == nil {
 		return pc.Cmd.Start()
 	}
-	defer pc.status.Close()
-	err := pc.Cmd.Start()
-	pc.statusW.Close()
-	if err != nil {
-		return err
+	err := pc.rulesets.Start(pc.policy.Programs, pc.policy.Dirs, pc.exclude, pc.Cmd.Start)
+	if pe, ok := errors.AsType[*os.PathError](err); ok && pe.Op == "fork/exec" {
+		return fmt.Errorf("exec %s: %w", pc.Args[0], pe.Err)
 	}
-	msg, _ := io.ReadAll(io.LimitReader(pc.status, 4096))
-	if len(msg) == 0 {
-		return nil
-	}
-	_ = pc.Cmd.Wait()
-	return errors.New(string(msg))
+	return err
 }

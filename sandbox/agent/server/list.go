@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"path"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -38,55 +39,83 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 	if !fi.IsDir() {
 		return nil, agent.Errorf(agent.CodeNotDir, t.rel, "not a directory")
 	}
-	res := agent.ListResult{Entries: []agent.FileInfo{}}
-	// Walk the real tree, report paths as the caller spelled the directory.
-	var walk func(real, rel string) error
-	walk = func(real, rel string) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		ents, err := s.ws.readDir(real)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			childReal, childRel := path.Join(real, e.Name()), path.Join(rel, e.Name())
-			if isStaging(childReal) {
-				continue // an upload in progress
-			}
-			if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
-				continue // denied entries are not listed
-			}
-			if matchAny(a.Globs, childRel) {
-				if len(res.Entries) >= a.MaxEntries {
-					res.Truncated = true
-					return nil
-				}
-				info, err := e.Info()
-				if err != nil {
-					continue // vanished while listing
-				}
-				fe := fileInfo(childRel, info)
-				if fe.Type == agent.TypeSymlink {
-					fe.Target, _ = s.ws.root.Readlink(childReal)
-				}
-				res.Entries = append(res.Entries, fe)
-			}
-			if a.Recursive && e.IsDir() {
-				if err := walk(childReal, childRel); err != nil {
-					return err
-				}
-				if res.Truncated {
-					return nil
-				}
-			}
-		}
-		return nil
-	}
-	if err := walk(t.real, t.rel); err != nil {
+	l := &lister{s: s, a: &a, b: newBudget(), res: agent.ListResult{Entries: []agent.FileInfo{}}}
+	if err := l.walk(ctx, t.real, t.rel); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return l.res, nil
+}
+
+// lister is one listing: the entries it keeps, and the ones it counts once full.
+type lister struct {
+	s       *Server
+	a       *agent.ListArgs
+	b       *budget
+	res     agent.ListResult
+	counted int // entries looked at since the listing was full
+}
+
+// entryJSON is an entry's encoded size beside its strings: the field names, the type and
+// the longest size, mode and mtime (RFC 3339 with nanoseconds and an offset).
+const entryJSON = 160
+
+// walk lists the real directory, reporting paths as the caller spelled the directory
+// (rel). Once the listing is full (MaxEntries, or the answer's budget), it goes on
+// counting what matches, without stat calls, for agent.MaxCounted more entries.
+func (l *lister) walk(ctx context.Context, real, rel string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ents, err := l.s.ws.readDir(real)
+	if err != nil {
+		return err
+	}
+	a := l.a
+	for _, e := range ents {
+		if l.res.Truncated {
+			if l.counted++; l.counted >= agent.MaxCounted {
+				return nil
+			}
+		}
+		childReal, childRel := path.Join(real, e.Name()), path.Join(rel, e.Name())
+		if isStaging(childReal) {
+			continue // an upload in progress
+		}
+		if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
+			continue // denied entries are not listed
+		}
+		if (!a.NoDirs || !e.IsDir()) && matchAny(a.Globs, childRel) {
+			l.add(e, childReal, childRel)
+		}
+		if a.Recursive && e.IsDir() {
+			if err := l.walk(ctx, childReal, childRel); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// add lists one matching entry, or counts it as left out once the listing is full.
+func (l *lister) add(e fs.DirEntry, childReal, childRel string) {
+	if l.res.Truncated {
+		l.res.Omitted++
+		return
+	}
+	info, err := e.Info()
+	if err != nil {
+		return // vanished while listing
+	}
+	fe := fileInfo(childRel, info)
+	if fe.Type == agent.TypeSymlink {
+		fe.Target, _ = l.s.ws.root.Readlink(childReal)
+	}
+	if len(l.res.Entries) >= l.a.MaxEntries || !l.b.take(entryJSON+jsonLen(fe.Name)+jsonLen(fe.Path)+jsonLen(fe.Target)) {
+		l.res.Truncated = true
+		l.res.Omitted++
+		return
+	}
+	l.res.Entries = append(l.res.Entries, fe)
 }
 
 // matchAny reports whether rel matches any glob; no globs match everything.

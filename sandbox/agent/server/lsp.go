@@ -57,6 +57,16 @@ func (s *Server) closeLSP() {
 	}
 }
 
+// lspWrote tells the language-server manager about a successful write (rel is the file)
+// or upload (rel is the directory it went into): when it shows a project, the project's
+// server is started and loaded in the background, reading through the writer's guard
+// (lsp/warm.go). It returns at once.
+func (s *Server) lspWrote(rel string, g *guard.Guard, dir bool) {
+	if m := s.lspManager(); m != nil { // nil once the agent is closing
+		m.Wrote(guardedFiles{ws: s.ws, g: g, cache: &s.lsp.cache}, rel, dir)
+	}
+}
+
 // lspCall runs one code-intelligence tool (agent.LSPArgs).
 func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
 	var a agent.LSPArgs
@@ -67,7 +77,11 @@ func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ 
 	if err != nil {
 		return nil, err
 	}
-	return agent.LSPResult{Result: res, Dropped: dropped}, nil
+	res, omitted, err := lsp.Fit(a.Tool, res, answerBudget) // no answer is too big (answer.go)
+	if err != nil {
+		return nil, err
+	}
+	return agent.LSPResult{Result: res, Dropped: dropped, Omitted: omitted}, nil
 }
 
 // guardedFiles reads workspace files for the manager as the read operation does:

@@ -107,6 +107,7 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	if res.Matches == nil {
 		res.Matches = []agent.Match{}
 	}
+	all := len(res.Matches)
 	if stopped.Load() {
 		res.Truncated = true
 		res.Matches = res.Matches[:min(len(res.Matches), a.MaxResults)]
@@ -115,48 +116,20 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 		res.Truncated = true
 		res.Matches = res.Matches[:n]
 	}
+	res.Omitted = all - len(res.Matches)
 	return res, nil
 }
 
-// answerBudget is how many bytes of matches an answer carries: the answer travels in
-// one frame header (agent.MaxHeader), so more would fail the whole call.
-const answerBudget = agent.MaxHeader - 64<<10
-
-// fitAnswer returns how many of ms fit answerBudget once encoded as JSON.
+// fitAnswer returns how many of ms fit one answer once encoded as JSON (answer.go).
 func fitAnswer(ms []agent.Match) int {
-	total := 0
+	b := newBudget()
 	for i, m := range ms {
 		// {"path":"","line":,"column":,"text":""}, with room for the numbers.
-		total += 64 + jsonLen(m.Path) + jsonLen(m.Text)
-		if total > answerBudget {
+		if !b.take(64 + jsonLen(m.Path) + jsonLen(m.Text)) {
 			return i
 		}
 	}
 	return len(ms)
-}
-
-// jsonLen is the length of s encoded as a JSON string by encoding/json, without the
-// quotes: control characters, <, > and & become \u00XX, and U+2028 and U+2029 \u2028.
-func jsonLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			n++
-		case c < 0x20 || c == '<' || c == '>' || c == '&':
-			n += 5
-		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
-			n += 3 // 3 bytes become 6
-		}
-	}
-	if !utf8.ValidString(s) { // an invalid byte becomes \ufffd, 6 bytes for 1
-		for i := 0; i < len(s); i++ {
-			if s[i] >= utf8.RuneSelf {
-				n += 5
-			}
-		}
-	}
-	return n
 }
 
 // scanFile finds matches in hay (the file, or its lowered copy) and reports lines of buf.

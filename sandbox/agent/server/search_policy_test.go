@@ -156,6 +156,9 @@ func TestSearchAnswerFits(t *testing.T) {
 	if !r.Truncated || len(r.Matches) == 0 || len(r.Matches) == 5000 {
 		t.Errorf("truncated = %v with %d of 5000 matches, want a truncated, non-empty answer", r.Truncated, len(r.Matches))
 	}
+	if r.Omitted != 5000-len(r.Matches) {
+		t.Errorf("omitted = %d with %d of 5000 matches kept, want %d", r.Omitted, len(r.Matches), 5000-len(r.Matches))
+	}
 }
 
 func TestJSONLen(t *testing.T) {

@@ -34,10 +34,16 @@ type Config struct {
 	// StateDir keeps the outcomes of recent requests (see agent.Header.ID) so that they
 	// survive an agent restart; "" keeps them in memory only.
 	StateDir string
-	// Launcher is the agent binary, run as "Launcher launch …" in front of every command
-	// whose ExecPolicy restricts what it may execute (package launch). "" means no
-	// launcher: such commands run unenforced, as where Landlock is unavailable (tests
-	// that serve in-process, where the test binary is no agent).
+	// ProcDir is where a keeper process (package keep, started from Launcher) holds the
+	// background processes, so that they and their output survive this process being
+	// killed and restarted; a private directory of the agent's. "" (or no Launcher)
+	// keeps them in this process's memory, and they die with it.
+	ProcDir string
+	// Launcher is the agent binary, which the keeper is started from (ProcDir). It also
+	// turns on Landlock: each command whose ExecPolicy restricts what it may execute is
+	// restricted as it starts (package launch). "" means neither: such commands run
+	// unenforced, as where Landlock is unavailable (tests that serve in-process, where
+	// the test binary is no agent).
 	Launcher string
 	// LSPIdle stops a language server unused this long; 0 means 10 minutes, negative never.
 	LSPIdle time.Duration
@@ -46,19 +52,21 @@ type Config struct {
 	ReleaseIdle time.Duration
 }
 
-// Server serves agent operations. One Server owns the background processes, so they
-// outlive any one connection.
+// Server serves agent operations. The background processes are the Server's keeper's
+// (proc.go), so they outlive any one connection, and with a keeper process the Server
+// too.
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	ws    *workspace
-	procs *procTable
+	procs keeper // the background processes (proc.go)
 	ops   map[string]handler
 	seen  *outcomes // answers to recent requests with ids (dedupe.go)
-	// landlock is the Landlock ABI the launcher enforces with; 0: commands with an
+	// landlock is the Landlock ABI commands are restricted with; 0: commands with an
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
-	lsp      lspHost // the language servers (lsp.go)
+	rulesets *launch.Cache // each ExecPolicy's Landlock ruleset (launcher.go); nil without Landlock
+	lsp      lspHost       // the language servers (lsp.go)
 	idle     *idleRelease
 
 	mu    sync.Mutex
@@ -81,10 +89,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newProcTable(), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
+	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newKeeper(cfg), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
 	s.idle = newIdleRelease(cfg.ReleaseIdle)
 	if cfg.Launcher != "" {
 		s.landlock = launch.ABI()
+	}
+	if s.landlock > 0 {
+		s.rulesets = launch.NewCache(agent.SafePath, 0)
 	}
 	s.ops = map[string]handler{
 		agent.OpPing:       s.ping,
@@ -278,6 +289,10 @@ func doneFrame(res any, err error) (*agent.Header, []byte) {
 		if done.Result, err = json.Marshal(res); err != nil {
 			done.Error = wireError(err)
 		}
+	}
+	if !fits(done, out) { // answer.go
+		done = &agent.Header{Done: true, Error: answerTooLarge(headerSize(done), len(out))}
+		out = nil
 	}
 	return done, out
 }

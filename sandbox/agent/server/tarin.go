@@ -70,6 +70,9 @@ func (s *Server) tarIn(ctx context.Context, args json.RawMessage, _ []byte, r *r
 		}
 		return nil, err
 	}
+	if rel, err := s.ws.clean(a.Path); err == nil {
+		s.lspWrote(rel, a.Guard, true) // a project's language server starts in the background (lsp.go)
+	}
 	return res, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/keep"
 	"github.com/cwsdev/cws/sandbox/agent/server/shell"
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +49,7 @@ type terminal struct {
 	run chan struct{}
 
 	mu      sync.Mutex
-	scroll  ring
+	scroll  keep.Ring
 	changed chan struct{}                   // closed and replaced on new output and when a run ends
 	sink    func(ev string, p []byte) error // the running call's event stream, if asked
 	cancel  context.CancelFunc
@@ -71,7 +72,7 @@ func (w termWriter) Write(p []byte) (int, error) {
 	t := w.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.scroll.write(p)
+	t.scroll.Write(p)
 	t.notify()
 	if t.sink != nil && t.sink(w.ev, p) != nil {
 		t.sink = nil // the host went away; keep running, stop streaming
@@ -108,7 +109,7 @@ func (s *Server) termRun(ctx context.Context, args json.RawMessage, _ []byte, r 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.mu.Lock()
-	start := t.scroll.total
+	start := t.scroll.Total()
 	t.cancel = cancel
 	if a.Stream {
 		t.sink = r.event
@@ -120,7 +121,7 @@ func (s *Server) termRun(ctx context.Context, args json.RawMessage, _ []byte, r 
 
 	t.mu.Lock()
 	t.sink, t.cancel = nil, nil
-	out, next, dropped := t.scroll.since(start)
+	out, next, dropped := t.scroll.Since(start)
 	t.notify()
 	t.mu.Unlock()
 	if err != nil {
@@ -144,7 +145,7 @@ func (s *Server) terminal(id string, a agent.TermRunArgs) (*terminal, error) {
 	if len(tt.terms) >= maxTerminals {
 		return nil, agent.Errorf(agent.CodeTooLarge, "", "%d terminals are open, the limit is %d: close one first", len(tt.terms), maxTerminals)
 	}
-	t := &terminal{run: make(chan struct{}, 1), changed: make(chan struct{}), scroll: newRing(agent.TermScrollback)}
+	t := &terminal{run: make(chan struct{}, 1), changed: make(chan struct{}), scroll: keep.NewRing(agent.TermScrollback)}
 	sh, err := s.newShell(a, termWriter{t, agent.EventStdout}, termWriter{t, agent.EventStderr})
 	if err != nil {
 		return nil, err
@@ -258,16 +259,16 @@ func (s *Server) termRead(ctx context.Context, args json.RawMessage, _ []byte, _
 	if !ok {
 		return nil, agent.Errorf(agent.CodeNotFound, "", "no terminal %q", termID(a.ID))
 	}
-	if err := waitForOutput(ctx, a.WaitMS, func() (bool, <-chan struct{}) {
+	if err := keep.WaitFor(ctx, a.WaitMS, func() (bool, <-chan struct{}) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return t.scroll.total > a.Offset || !t.running(), t.changed
+		return t.scroll.Total() > a.Offset || !t.running(), t.changed
 	}); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	data, next, dropped := t.scroll.since(a.Offset)
+	data, next, dropped := t.scroll.Since(a.Offset)
 	out := &agent.TermOutput{Data: data, Offset: next - int64(len(data)), NextOffset: next, Dropped: dropped, Running: t.running()}
 	if a.Limit > 0 && int64(len(out.Data)) > a.Limit {
 		out.Data = out.Data[:a.Limit]
@@ -338,7 +339,7 @@ type termHost struct {
 	launch *agent.ExecPolicy
 }
 
-// Command builds the command as exec and proc.start do (and as the launcher will).
+// Command builds the command as exec and proc.start do.
 func (h termHost) Command(argv []string, dir string, env map[string]string) (*exec.Cmd, error) {
 	rel, err := h.s.ws.clean(dir)
 	if err != nil {
@@ -352,11 +353,19 @@ func (h termHost) Command(argv []string, dir string, env map[string]string) (*ex
 	if err != nil {
 		return nil, err
 	}
-	pc, err := h.s.launchVia(cmd, h.launch, false)
-	if err != nil {
+	if _, err := h.s.launchThrough(cmd, h.launch); err != nil { // requireLandlock without Landlock
 		return nil, err
 	}
-	return pc.Cmd, nil
+	return cmd, nil
+}
+
+// Start starts a command Command made, under the call's exec policy as exec does.
+func (h termHost) Start(cmd *exec.Cmd) error {
+	pc, err := h.s.launchThrough(cmd, h.launch)
+	if err != nil {
+		return err
+	}
+	return pc.start()
 }
 
 // Chdir lets cd into a directory beneath the workspace that the guard allows.

@@ -136,7 +136,14 @@ type ListFilesResult struct {
 	Path      string      `json:"path"`
 	Entries   []FileEntry `json:"entries"`
 	Count     int         `json:"count"`
-	Truncated bool        `json:"truncated,omitempty" jsonschema:"More entries exist than maxEntries."`
+	Truncated bool        `json:"truncated,omitempty" jsonschema:"The listing stopped early: at maxEntries, or where more entries would not fit one answer (about 1 MiB). Narrow path or globs to see the rest."`
+	Omitted   int         `json:"omitted,omitempty" jsonschema:"When truncated: how many more entries matched, at least (counting looks at 100000 more entries at most)."`
+}
+
+// Cut says why a listing stopped early ("" when it is whole): for the tools whose answer
+// has no room for truncated (an array).
+func (r *ListFilesResult) Cut() string {
+	return cutNote(r.Truncated, r.Count, r.Omitted, "entries", "maxEntries")
 }
 
 // maxListEntries caps maxEntries whatever the caller asks.
@@ -168,7 +175,7 @@ func listFiles(ctx context.Context, c *call, a *ListFilesArgs) (*ListFilesResult
 	if err != nil {
 		return nil, err
 	}
-	res := &ListFilesResult{Path: a.Path, Entries: make([]FileEntry, 0, len(r.Entries)), Truncated: r.Truncated}
+	res := &ListFilesResult{Path: a.Path, Entries: make([]FileEntry, 0, len(r.Entries)), Truncated: r.Truncated, Omitted: r.Omitted}
 	for _, e := range r.Entries {
 		res.Entries = append(res.Entries, FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, MTime: isoTime(e.MTime)})
 	}
@@ -290,7 +297,13 @@ type FindFilesResult struct {
 	Pattern   string   `json:"pattern"`
 	Files     []string `json:"files" jsonschema:"Matching workspace-relative paths, sorted."`
 	Count     int      `json:"count"`
-	Truncated bool     `json:"truncated,omitempty"`
+	Truncated bool     `json:"truncated,omitempty" jsonschema:"The search stopped early: at maxResults, or where more paths would not fit one answer (about 1 MiB). Narrow path or pattern to see the rest."`
+	Omitted   int      `json:"omitted,omitempty" jsonschema:"When truncated: how many more files matched, at least (counting looks at 100000 more entries at most)."`
+}
+
+// Cut says why a search stopped early ("" when it is whole).
+func (r *FindFilesResult) Cut() string {
+	return cutNote(r.Truncated, r.Count, r.Omitted, "files", "maxResults")
 }
 
 func findFiles(ctx context.Context, c *call, a *FindFilesArgs) (*FindFilesResult, error) {
@@ -314,35 +327,15 @@ func findFiles(ctx context.Context, c *call, a *FindFilesArgs) (*FindFilesResult
 	if maxR <= 0 {
 		maxR = 1000
 	}
-	// Directories the glob matches count against the agent's MaxEntries but are not
-	// results: ask for more until maxR files are found or the listing is complete.
-	var r agent.ListResult
-	files := 0
-	for limit := min(maxR, maxListEntries); ; limit = min(limit*2, maxListEntries) {
-		r, err = c.agent.List(ctx, agent.ListArgs{Path: rel, Recursive: true, Globs: []string{glob}, MaxEntries: limit, Guard: c.guard})
-		if err != nil {
-			return nil, err
-		}
-		files = 0
-		for _, e := range r.Entries {
-			if e.Type != agent.TypeDir {
-				files++
-			}
-		}
-		if !r.Truncated || files >= maxR || limit == maxListEntries {
-			break
-		}
+	r, err := c.agent.List(ctx, agent.ListArgs{Path: rel, Recursive: true, Globs: []string{glob}, MaxEntries: min(maxR, maxListEntries), NoDirs: true, Guard: c.guard})
+	if err != nil {
+		return nil, err
 	}
-	res := &FindFilesResult{Pattern: a.Pattern, Files: make([]string, 0, min(files, maxR)), Truncated: r.Truncated}
+	res := &FindFilesResult{Pattern: a.Pattern, Files: make([]string, 0, len(r.Entries)), Truncated: r.Truncated, Omitted: r.Omitted}
 	for _, e := range r.Entries {
-		if e.Type == agent.TypeDir {
-			continue
+		if e.Type != agent.TypeDir {
+			res.Files = append(res.Files, e.Path)
 		}
-		if len(res.Files) == maxR {
-			res.Truncated = true
-			break
-		}
-		res.Files = append(res.Files, e.Path)
 	}
 	res.Count = len(res.Files)
 	return res, nil

@@ -31,25 +31,43 @@ func validRef(field, ref string) error {
 	return nil
 }
 
-// git runs git in the workspace root and returns stdout; a non-zero exit is a Failure.
+// git runs git in the workspace root and returns stdout, cut at maxGitOutput; a
+// non-zero exit is a Failure. The tools whose answer is git's output use gitOut.
 func (c *call) git(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	out, _, err := c.gitOut(ctx, stdin, args...)
+	return out, err
+}
+
+// gitOut is git, also saying whether stdout was cut at maxGitOutput.
+func (c *call) gitOut(ctx context.Context, stdin []byte, args ...string) (string, bool, error) {
 	argv := append(append([]string{"git"}, gitSafety...), args...)
 	r, err := c.exec(ctx, agent.ExecArgs{Argv: argv, Env: map[string]string{"GIT_TERMINAL_PROMPT": "0"},
 		TimeoutMS: 120_000, OutputCap: maxGitOutput, Guard: c.guard, Launch: c.execPolicy("git")}, stdin, nil)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if r.StartError != "" {
-		return "", &agent.WireError{Code: agent.CodeNotFound, Message: "git is not installed in this workspace image"}
+		return "", false, &agent.WireError{Code: agent.CodeNotFound, Message: "git is not installed in this workspace image"}
 	}
 	if r.ExitCode != 0 {
 		msg := strings.TrimSpace(string(r.Stderr))
 		if msg == "" {
 			msg = strings.TrimSpace(string(r.Stdout))
 		}
-		return "", &failure{Code: "git_failed", Message: fmt.Sprintf("git %s: %s", subcommand(args), msg)}
+		return "", false, &failure{Code: "git_failed", Message: fmt.Sprintf("git %s: %s", subcommand(args), msg)}
 	}
-	return string(r.Stdout), nil
+	return string(r.Stdout), r.StdoutTruncated, nil
+}
+
+// gitCut says that a git tool's output was cut at maxGitOutput.
+const gitCut = "truncated: git printed more than 4 MiB; the rest was left out. Name paths (or a ref, a smaller maxCount) to narrow it."
+
+// wholeRecords drops the last record of out, which cutting it may have split.
+func wholeRecords(out, sep string) string {
+	if i := strings.LastIndex(out, sep); i >= 0 {
+		return out[:i+len(sep)]
+	}
+	return ""
 }
 
 // subcommand is the git command args run, skipping leading -c options.
@@ -85,13 +103,17 @@ type GitFileStatus struct {
 }
 
 type GitStatusResult struct {
-	Branch   string          `json:"branch"`
-	Upstream string          `json:"upstream,omitempty"`
-	Ahead    int             `json:"ahead"`
-	Behind   int             `json:"behind"`
-	Clean    bool            `json:"clean"`
-	Files    []GitFileStatus `json:"files"`
+	Branch    string          `json:"branch"`
+	Upstream  string          `json:"upstream,omitempty"`
+	Ahead     int             `json:"ahead"`
+	Behind    int             `json:"behind"`
+	Clean     bool            `json:"clean"`
+	Files     []GitFileStatus `json:"files"`
+	Truncated bool            `json:"truncated,omitempty" jsonschema:"git's output passed 4 MiB: the files after it were left out."`
 }
+
+// Cut says that the status was cut ("" when it is whole).
+func (r *GitStatusResult) Cut() string { return noteIf(r.Truncated, gitCut) }
 
 var aheadBehind = regexp.MustCompile(`\[(?:ahead (\d+))?(?:, )?(?:behind (\d+))?\]`)
 
@@ -99,11 +121,14 @@ func gitStatus(ctx context.Context, c *call, a *GitStatusArgs) (*GitStatusResult
 	if _, err := c.resolve(a.WorkspaceRoot, ".", false, 0); err != nil {
 		return nil, err
 	}
-	out, err := c.git(ctx, nil, append([]string{"status", "--porcelain=v1", "-z", "--branch", "--untracked-files=all", "--"}, pathspecs(c.guard, nil)...)...)
+	out, cut, err := c.gitOut(ctx, nil, append([]string{"status", "--porcelain=v1", "-z", "--branch", "--untracked-files=all", "--"}, pathspecs(c.guard, nil)...)...)
 	if err != nil {
 		return nil, err
 	}
-	res := &GitStatusResult{Files: []GitFileStatus{}}
+	if cut { // the last record may be cut short
+		out = wholeRecords(out, "\x00")
+	}
+	res := &GitStatusResult{Files: []GitFileStatus{}, Truncated: cut}
 	recs := strings.Split(out, "\x00")
 	for i := 0; i < len(recs); i++ {
 		r := recs[i]
@@ -127,6 +152,9 @@ func gitStatus(ctx context.Context, c *call, a *GitStatusArgs) (*GitStatusResult
 			if i < len(recs) {
 				f.OrigPath = recs[i]
 			}
+			if f.OrigPath == "" && cut {
+				break // its second record was cut off
+			}
 		}
 		if c.pol.CheckRead(f.Path) != nil || (f.OrigPath != "" && c.pol.CheckRead(f.OrigPath) != nil) {
 			continue // the pathspecs left denied paths out; a rename's other side too
@@ -146,9 +174,13 @@ type GitDiffArgs struct {
 }
 
 type GitDiffResult struct {
-	Diff  string `json:"diff" jsonschema:"Unified diff."`
-	Empty bool   `json:"empty"`
+	Diff      string `json:"diff" jsonschema:"Unified diff."`
+	Empty     bool   `json:"empty"`
+	Truncated bool   `json:"truncated,omitempty" jsonschema:"The diff passed 4 MiB: the rest was left out."`
 }
+
+// Cut says that the diff was cut ("" when it is whole).
+func (r *GitDiffResult) Cut() string { return noteIf(r.Truncated, gitCut) }
 
 func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, error) {
 	args := []string{"diff", "--no-ext-diff", "--no-textconv", "--no-color"}
@@ -176,11 +208,11 @@ func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, erro
 		return nil, err
 	}
 	names := append(append([]string{"diff", "--name-only", "-z", "--no-renames"}, args[4:]...), "--end-of-options")
-	out, err := c.gitScoped(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths)
+	out, cut, err := c.gitScopedOut(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths)
 	if err != nil {
 		return nil, err
 	}
-	return &GitDiffResult{Diff: toText([]byte(out)), Empty: out == ""}, nil
+	return &GitDiffResult{Diff: toText([]byte(out)), Empty: out == "", Truncated: cut}, nil
 }
 
 // commitRange checks that every end of a revision or range ("A", "A..B", "A...B") names
@@ -224,9 +256,13 @@ type GitCommitInfo struct {
 }
 
 type GitLogResult struct {
-	Commits []GitCommitInfo `json:"commits"`
-	Count   int             `json:"count"`
+	Commits   []GitCommitInfo `json:"commits"`
+	Count     int             `json:"count"`
+	Truncated bool            `json:"truncated,omitempty" jsonschema:"git's output passed 4 MiB: the older commits were left out."`
 }
+
+// Cut says that the log was cut ("" when it is whole).
+func (r *GitLogResult) Cut() string { return noteIf(r.Truncated, gitCut) }
 
 func gitLog(ctx context.Context, c *call, a *GitLogArgs) (*GitLogResult, error) {
 	n := a.MaxCount
@@ -248,11 +284,14 @@ func gitLog(ctx context.Context, c *call, a *GitLogArgs) (*GitLogResult, error) 
 		}
 		args = append(args, ps...)
 	}
-	out, err := c.git(ctx, nil, args...)
+	out, cut, err := c.gitOut(ctx, nil, args...)
 	if err != nil {
 		return nil, err
 	}
-	res := &GitLogResult{Commits: []GitCommitInfo{}}
+	if cut {
+		out = wholeRecords(out, "\x1e")
+	}
+	res := &GitLogResult{Commits: []GitCommitInfo{}, Truncated: cut}
 	for _, rec := range strings.Split(out, "\x1e") {
 		f := strings.Split(strings.TrimSpace(rec), "\x1f")
 		if len(f) == 5 {
@@ -269,8 +308,9 @@ type GitShowArgs struct {
 }
 
 type GitShowResult struct {
-	Ref    string `json:"ref"`
-	Output string `json:"output" jsonschema:"git show: the commit's header, message and patch; for REF:path the file's content (or the directory's entries)."`
+	Ref       string `json:"ref"`
+	Output    string `json:"output" jsonschema:"git show: the commit's header, message and patch; for REF:path the file's content (or the directory's entries)."`
+	Truncated bool   `json:"truncated,omitempty" jsonschema:"The output passed 4 MiB: the rest was left out."`
 }
 
 func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, error) {
@@ -290,13 +330,13 @@ func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, erro
 	if strings.Contains(ref, "..") {
 		return nil, invalidf("ref", "gitShow shows one commit; for a range use gitLog or gitDiff")
 	}
-	out, err := c.gitScoped(ctx,
+	out, cut, err := c.gitScopedOut(ctx,
 		[]string{"show", "--no-color", "--format=", "--name-only", "-z", "--no-renames", "--end-of-options", ref},
 		[]string{"show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &GitShowResult{Ref: ref, Output: toText([]byte(out))}, nil
+	return &GitShowResult{Ref: ref, Output: toText([]byte(out)), Truncated: cut}, nil
 }
 
 // showFile shows REF:path: a file as it is in a commit. The path is checked like a
@@ -323,11 +363,11 @@ func (c *call) showFile(ctx context.Context, root, ref, rev, file string) (*GitS
 	if rel == "." {
 		spec = rev + ":"
 	}
-	out, err := c.git(ctx, nil, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--end-of-options", spec)
+	out, cut, err := c.gitOut(ctx, nil, "show", "--no-ext-diff", "--no-textconv", "--no-color", "--end-of-options", spec)
 	if err != nil {
 		return nil, err
 	}
-	return &GitShowResult{Ref: ref, Output: toText([]byte(out))}, nil
+	return &GitShowResult{Ref: ref, Output: toText([]byte(out)), Truncated: cut}, nil
 }
 
 type GitCommitArgs struct {

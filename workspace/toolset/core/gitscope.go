@@ -7,6 +7,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/workspace/policy"
 )
 
 // Denied paths never leave the workspace through git. Every git command that prints
@@ -127,11 +128,28 @@ func expandBraces(p string) []string {
 // pathspecs. names is the same command listing names only (no contents); out is the
 // command itself. Both get "--" and the pathspecs appended.
 func (c *call) gitScoped(ctx context.Context, names, out []string, userPaths []string) (string, error) {
-	specs, err := c.scopeSpecs(ctx, names, userPaths, c.git)
+	s, _, err := c.gitScopedOut(ctx, names, out, userPaths)
+	return s, err
+}
+
+// gitScopedOut is gitScoped, also saying whether the output was cut at maxGitOutput.
+func (c *call) gitScopedOut(ctx context.Context, names, out []string, userPaths []string) (string, bool, error) {
+	specs, err := c.scopeSpecs(ctx, names, userPaths, c.gitWhole)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return c.git(ctx, nil, append(append(out, "--"), specs...)...)
+	return c.gitOut(ctx, nil, append(append(out, "--"), specs...)...)
+}
+
+// gitWhole is git refusing output it would have to cut: a list of names that is not
+// whole would leave names unjudged.
+func (c *call) gitWhole(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	out, cut, err := c.gitOut(ctx, stdin, args...)
+	if err == nil && cut {
+		return "", &policy.Violation{Err: policy.ErrTooLarge, Rule: "gitOutput",
+			Detail: fmt.Sprintf("git names more than %d bytes of changed paths: name paths to narrow it", maxGitOutput)}
+	}
+	return out, err
 }
 
 // scopeSpecs returns the pathspecs for a scoped git command: the guard's rules, plus a
@@ -158,12 +176,31 @@ func (c *call) scopeSpecs(ctx context.Context, names []string, userPaths []strin
 	if len(paths) == 0 {
 		return specs, nil
 	}
-	r, err := c.agent.Check(ctx, agent.CheckArgs{Paths: paths, Guard: c.guard})
-	if err != nil {
-		return nil, fmt.Errorf("check git paths: %w", err)
-	}
-	for _, p := range r.Refused {
-		specs = append(specs, ":(exclude,literal)"+p)
+	for len(paths) > 0 {
+		n := checkBatch(paths)
+		r, err := c.agent.Check(ctx, agent.CheckArgs{Paths: paths[:n], Guard: c.guard})
+		if err != nil {
+			return nil, fmt.Errorf("check git paths: %w", err)
+		}
+		for _, p := range r.Refused {
+			specs = append(specs, ":(exclude,literal)"+p)
+		}
+		paths = paths[n:]
 	}
 	return specs, nil
+}
+
+// checkBytes bounds the paths of one check request, well within a frame's header.
+const checkBytes = agent.MaxHeader / 4
+
+// checkBatch is how many of paths (at least one) go in one check request.
+func checkBatch(paths []string) int {
+	size := 0
+	for i, p := range paths {
+		// A path is escaped to at most 6 bytes per byte, plus quotes and a comma.
+		if size += 6*len(p) + 3; size > checkBytes && i > 0 {
+			return i
+		}
+	}
+	return len(paths)
 }

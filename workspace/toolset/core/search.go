@@ -34,7 +34,8 @@ type SearchFilesResult struct {
 	Query     string        `json:"query"`
 	Results   []SearchMatch `json:"results"`
 	Count     int           `json:"count"`
-	Truncated bool          `json:"truncated,omitempty" jsonschema:"More matches exist than maxResults."`
+	Truncated bool          `json:"truncated,omitempty" jsonschema:"The search stopped early: at maxResults, or where more matches would not fit one answer (about 1 MiB). Narrow the query or globs to see the rest."`
+	Omitted   int           `json:"omitted,omitempty" jsonschema:"When truncated: how many more matches were found (at least; the search stopped early)."`
 }
 
 func validGlobs(field string, globs []string) error {
@@ -76,7 +77,7 @@ func searchFiles(ctx context.Context, c *call, a *SearchFilesArgs) (*SearchFiles
 	if err != nil {
 		return nil, err
 	}
-	res := &SearchFilesResult{Query: a.Query, Results: make([]SearchMatch, 0, len(r.Matches)), Truncated: r.Truncated}
+	res := &SearchFilesResult{Query: a.Query, Results: make([]SearchMatch, 0, len(r.Matches)), Truncated: r.Truncated, Omitted: r.Omitted}
 	for _, m := range r.Matches {
 		res.Results = append(res.Results, SearchMatch{Path: m.Path, Line: m.Line, Column: m.Column, Text: m.Text})
 	}

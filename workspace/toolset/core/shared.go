@@ -23,6 +23,9 @@ func (c *call) ListFiles(ctx context.Context, a *ListFilesArgs) (*ListFilesResul
 func (c *call) SearchFiles(ctx context.Context, a *SearchFilesArgs) (*SearchFilesResult, error) {
 	return searchFiles(ctx, c, a)
 }
+func (c *call) FindFiles(ctx context.Context, a *FindFilesArgs) (*FindFilesResult, error) {
+	return findFiles(ctx, c, a)
+}
 func (c *call) EditFile(ctx context.Context, a *EditFileArgs) (*EditFileResult, error) {
 	return editFile(ctx, c, a)
 }

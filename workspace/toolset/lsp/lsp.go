@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -89,6 +90,7 @@ type MessagesArgs struct {
 type Output struct {
 	raw     json.RawMessage
 	dropped int
+	omitted int // items left out so that the result fits one answer
 }
 
 // MarshalJSON is the seed's result.
@@ -96,10 +98,14 @@ func (o *Output) MarshalJSON() ([]byte, error) { return o.raw, nil }
 
 // Note says what was left out.
 func (o *Output) Note() string {
-	if o.dropped == 0 {
-		return ""
+	var notes []string
+	if o.omitted > 0 {
+		notes = append(notes, fmt.Sprintf("truncated: %d result(s) were left out to keep the answer within about 1 MiB: ask for less to see them", o.omitted))
 	}
-	return fmt.Sprintf("%d location(s) in paths the policy denies were left out", o.dropped)
+	if o.dropped > 0 {
+		notes = append(notes, fmt.Sprintf("%d location(s) in paths the policy denies were left out", o.dropped))
+	}
+	return strings.Join(notes, "\n")
 }
 
 // Tools returns the lsp toolset in the seed's order.
@@ -184,7 +190,7 @@ func run(ctx context.Context, env tool.Env, name string, a any) (*Output, error)
 	if err != nil {
 		return nil, err
 	}
-	out := &Output{raw: r.Result, dropped: r.Dropped}
+	out := &Output{raw: r.Result, dropped: r.Dropped, omitted: r.Omitted}
 	if len(out.raw) == 0 {
 		out.raw = json.RawMessage("null")
 	}

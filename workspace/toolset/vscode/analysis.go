@@ -44,6 +44,9 @@ func (c *call) lspCall(ctx context.Context, name string, args map[string]any, ou
 			return 0, fmt.Errorf("lsp %s result: %w", name, err)
 		}
 	}
+	if res.Omitted > 0 {
+		c.env.Note(fmt.Sprintf("truncated: %d result(s) were left out to keep the answer within about 1 MiB", res.Omitted))
+	}
 	return res.Dropped, nil
 }
 

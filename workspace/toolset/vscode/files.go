@@ -4,8 +4,10 @@ import (
 	"context"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace/tool"
@@ -96,6 +98,7 @@ func listFilesInFolder(ctx context.Context, c *call, a *PathArg) (*[]FolderEntry
 	if err != nil {
 		return nil, err
 	}
+	c.env.Note(l.Cut())
 	out := make([]FolderEntry, 0, len(l.Entries))
 	for _, e := range l.Entries {
 		t := "file"
@@ -236,6 +239,9 @@ func searchInFilesContent(ctx context.Context, c *call, a *SearchArgs) (*[]Found
 	if err != nil {
 		return nil, err
 	}
+	if res.Truncated {
+		c.env.Note("truncated: the files of the first " + strconv.Itoa(res.Count) + " matches are listed, and more matches were left out (the search stops at 10000 matches or at about 1 MiB): search for a longer text to see the rest.")
+	}
 	out := []FoundFile{}
 	seen := map[string]bool{}
 	for _, m := range res.Results {
@@ -258,27 +264,50 @@ type NamedFile struct {
 	AbsolutePath string `json:"absolutePath"`
 }
 
-// maxFound bounds find_files_by_name_substring's listing.
+// maxFound bounds find_files_by_name_substring's answer.
 const maxFound = 100000
 
+// findFilesByNameSubstring asks the agent only for the names that match (a glob that
+// ignores case), so that a large tree's other files never fill the answer.
 func findFilesByNameSubstring(ctx context.Context, c *call, a *NameArgs) (*[]NamedFile, error) {
 	if a.NameSubstring == "" {
 		return nil, tool.Invalidf("nameSubstring", "nameSubstring must not be empty")
 	}
-	l, err := c.core.ListFiles(ctx, &core.ListFilesArgs{Path: ".", Options: &core.ListFilesOptions{Recursive: true, MaxEntries: maxFound}})
+	out := []NamedFile{}
+	if strings.Contains(a.NameSubstring, "/") {
+		return &out, nil // no file name holds one
+	}
+	found, err := c.core.FindFiles(ctx, &core.FindFilesArgs{Pattern: "*" + foldGlob(a.NameSubstring) + "*", MaxResults: maxFound})
 	if err != nil {
 		return nil, err
 	}
+	c.env.Note(found.Cut())
 	want := strings.ToLower(a.NameSubstring)
-	out := []NamedFile{}
-	for _, e := range l.Entries {
-		if e.Type == agent.TypeDir || e.Path == ".git" || strings.HasPrefix(e.Path, ".git/") || strings.Contains(e.Path, "/node_modules/") || strings.HasPrefix(e.Path, "node_modules/") {
+	for _, p := range found.Files {
+		name := path.Base(p)
+		if p == ".git" || strings.HasPrefix(p, ".git/") || strings.Contains(p, "/node_modules/") || strings.HasPrefix(p, "node_modules/") ||
+			!strings.Contains(strings.ToLower(name), want) {
 			continue
 		}
-		if strings.Contains(strings.ToLower(e.Name), want) {
-			dir := path.Dir(e.Path)
-			out = append(out, NamedFile{Path: e.Path, Name: e.Name, Directory: dir, AbsolutePath: abs(e.Path)})
-		}
+		out = append(out, NamedFile{Path: p, Name: name, Directory: path.Dir(p), AbsolutePath: abs(p)})
 	}
 	return &out, nil
+}
+
+// foldGlob is a glob matching s in any case: letters become [aA], the glob's special
+// characters are escaped.
+func foldGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		lo, up := unicode.ToLower(r), unicode.ToUpper(r)
+		switch {
+		case lo != up:
+			b.WriteString("[" + string(lo) + string(up) + "]")
+		case strings.ContainsRune(`*?[]{}\`, r):
+			b.WriteString(`\` + string(r))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

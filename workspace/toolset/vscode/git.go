@@ -50,6 +50,7 @@ func getProjectVCSStatus(ctx context.Context, c *call, _ *NoArgs) (*[]VCSChange,
 	if err != nil {
 		return nil, err
 	}
+	c.env.Note(st.Cut())
 	out := make([]VCSChange, 0, len(st.Files))
 	for _, f := range st.Files {
 		out = append(out, VCSChange{PathInProject: f.Path, Type: changeType(f.Index, f.Worktree)})
@@ -97,6 +98,7 @@ func getFileHistory(ctx context.Context, c *call, a *HistoryArgs) (*[]HistoryEnt
 	if err != nil {
 		return nil, err
 	}
+	c.env.Note(l.Cut())
 	out := make([]HistoryEntry, 0, len(l.Commits))
 	for _, ci := range l.Commits {
 		out = append(out, HistoryEntry{Hash: ci.Hash, Message: ci.Subject, Author: ci.Author, Date: ci.Date})
@@ -126,6 +128,7 @@ func getFileDiff(ctx context.Context, c *call, a *FileDiffArgs) (*string, error)
 	if err != nil {
 		return nil, err
 	}
+	c.env.Note(d.Cut())
 	return &d.Diff, nil
 }
 

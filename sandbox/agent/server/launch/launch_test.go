@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,5 +57,27 @@ func TestLaunchHost(t *testing.T) {
 	}
 	if out, err := run("-p", "env", "--", "/bin/sh", "sh", "-c", "true"); err == nil || !strings.Contains(out, "exec sh: permission denied") {
 		t.Errorf("launching a program not allowed: err %v, output %q", err, out)
+	}
+
+	// The status descriptor carries the refusal, and reads EOF once the command runs.
+	status := func(args ...string) string {
+		r, w, err := os.Pipe()
+		must(t, err)
+		defer r.Close()
+		cmd := exec.Command(os.Args[0], append([]string{"-status-fd", "3"}, args...)...)
+		cmd.Env = append(os.Environ(), "CWS_LAUNCH_TEST=1")
+		cmd.ExtraFiles = []*os.File{w}
+		err = cmd.Start()
+		w.Close()
+		must(t, err)
+		msg, _ := io.ReadAll(r)
+		_ = cmd.Wait()
+		return string(msg)
+	}
+	if msg := status("-p", "env", "--", "/bin/sh", "sh", "-c", "true"); msg != "exec sh: permission denied" {
+		t.Errorf("status of a program not allowed: %q", msg)
+	}
+	if msg := status("-p", "env", "-p", "true", "--", env, "env", "true"); msg != "" {
+		t.Errorf("status of an allowed program: %q, want nothing", msg)
 	}
 }

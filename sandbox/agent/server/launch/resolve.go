@@ -20,13 +20,21 @@ const maxDepth = 4
 // resolve beneath exclude (the workspace) are left out, as the agent's lookPath does;
 // names with a slash and names found nowhere grant nothing.
 func Grants(programs []string, path, exclude string) []string {
+	files, _ := resolve(programs, path, exclude)
+	return files
+}
+
+// resolve is Grants, and also returns the paths the grants were found through before
+// their symlinks were resolved (each match on path, each interpreter as named): what
+// must stay the same files for the grants to stay right (cache.go).
+func resolve(programs []string, path, exclude string) (files, through []string) {
 	r := &resolver{path: path, exclude: exclude, seen: map[string]bool{}}
 	for _, name := range programs {
 		for _, p := range r.lookAll(name) {
 			r.add(p, 0)
 		}
 	}
-	return r.files
+	return r.files, r.through
 }
 
 type resolver struct {
@@ -34,6 +42,7 @@ type resolver struct {
 	exclude string
 	seen    map[string]bool
 	files   []string
+	through []string
 }
 
 // lookAll returns every executable regular file called name in the path's directories.
@@ -53,6 +62,7 @@ func (r *resolver) lookAll(name string) []string {
 
 // add grants file, symlinks resolved, and what the kernel needs to execute it.
 func (r *resolver) add(file string, depth int) {
+	r.through = append(r.through, file)
 	real, err := filepath.EvalSymlinks(file)
 	if err != nil || r.seen[real] {
 		return

@@ -42,6 +42,9 @@ type call struct {
 	texts   map[string]*Text // by server URI; nil for a file that could not be read
 	denied  map[string]bool  // workspace files the guard refused, by rel
 	dropped int
+	// wide: the request looks across files (references, rename, call hierarchy), so a
+	// configless project's files are opened first, new ones too (project.go).
+	wide bool
 }
 
 // place is where a server URI points, as the call sees it.
@@ -159,6 +162,9 @@ func (c *call) open(ctx context.Context, rel string) (*Text, string, error) {
 	c.s = s
 	uri := c.m.serverURI(rel)
 	if err := c.watch(ctx, lang, rel); err != nil {
+		return nil, "", err
+	}
+	if err := c.openProject(ctx, lang); err != nil {
 		return nil, "", err
 	}
 	if err := c.sync(ctx, uri, rel, langID, src); err != nil {

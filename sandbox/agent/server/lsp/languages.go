@@ -16,9 +16,16 @@ type Language struct {
 	Exts    map[string]string // file extension (with the dot) → LSP languageId
 	Servers []Command         // candidates in order of preference
 	Missing string            // what to install, for the error when no server is found
-	// Markers are file names at the workspace root that say the workspace uses this
-	// language (workspace_symbol_search without a file starts these servers).
+	// Markers are file names that say a directory holds a project in this language: at
+	// the workspace root they make workspace_symbol_search without a file start these
+	// servers, and a write or an upload that shows one (with a source file beneath it)
+	// starts the server in the background (warm.go).
 	Markers []string
+	// Configs are the file names that give the server a project of its own
+	// (tsconfig.json). Where none is in a file's directory or above it, the server
+	// knows only the files it has open, so the manager opens that project's files
+	// itself, a bounded number (project.go). nil: the server finds its files itself.
+	Configs []string
 	// Env is added to the server's environment, each only where the base environment
 	// does not set it already.
 	Env map[string]string
@@ -72,6 +79,7 @@ func DefaultLanguages() []Language {
 			Servers: []Command{{Bin: "typescript-language-server", Args: []string{"--stdio"}}},
 			Missing: "install typescript-language-server and typescript (npm)",
 			Markers: []string{"package.json", "tsconfig.json", "jsconfig.json"},
+			Configs: []string{"tsconfig.json", "jsconfig.json"},
 		},
 		{
 			Name: "C/C++",

@@ -41,7 +41,19 @@ type Config struct {
 	// MaxOpenDocuments bounds the files kept open per server (the least recently used are
 	// closed); 0 means 200.
 	MaxOpenDocuments int
-	Log              *slog.Logger
+	// WarmDelay is how long writes and uploads must have been quiet before the servers of
+	// the projects they show are started in the background (warm.go); 0 means 500ms,
+	// negative turns warm-up off.
+	WarmDelay time.Duration
+	// WarmMemory is the memory, in bytes, the container must have free (its cgroup's
+	// memory.max less what it uses) for a warm-up to start a server; 0 means 384 MiB,
+	// negative means not checked.
+	WarmMemory int64
+	// Cgroup is where the container's cgroup is mounted (v2, or v1's hierarchies beneath
+	// it), read for WarmMemory and the pids limit; "" means /sys/fs/cgroup. A limit that
+	// cannot be read is no limit.
+	Cgroup string
+	Log    *slog.Logger
 }
 
 // Backoff between restarts of a server that keeps crashing: the first restart is
@@ -63,7 +75,9 @@ type Manager struct {
 
 	mu     sync.Mutex
 	slots  map[string]*slot // by language name
+	warm   warmState        // what writes showed since the last warm-up (warm.go)
 	closed bool
+	quit   chan struct{} // closed by Close
 }
 
 // slot is one language's server and its restart state (guarded by Manager.mu, except
@@ -73,6 +87,9 @@ type slot struct {
 	srv       *server
 	crashes   int
 	restartAt time.Time
+	// warmed: a warm-up started (or tried) this language's server, and no tool call has
+	// used a server of it since; writes warm it no more (warm.go).
+	warmed bool
 }
 
 // New returns a Manager; it starts no server until one is needed.
@@ -101,6 +118,15 @@ func New(cfg Config) *Manager {
 	if cfg.MaxOpenDocuments <= 0 {
 		cfg.MaxOpenDocuments = 200
 	}
+	if cfg.WarmDelay == 0 {
+		cfg.WarmDelay = 500 * time.Millisecond
+	}
+	if cfg.WarmMemory == 0 {
+		cfg.WarmMemory = 384 << 20
+	}
+	if cfg.Cgroup == "" {
+		cfg.Cgroup = "/sys/fs/cgroup"
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -111,7 +137,7 @@ func New(cfg Config) *Manager {
 	}
 	return &Manager{
 		cfg: cfg, log: cfg.Log.With("component", "lsp"), logs: newRing(cfg.Buffered), messages: newRing(cfg.Buffered),
-		realRoot: real, slots: map[string]*slot{},
+		realRoot: real, slots: map[string]*slot{}, quit: make(chan struct{}),
 	}
 }
 
@@ -251,7 +277,13 @@ func (m *Manager) armIdle(s *server) {
 // Close kills every server (the agent is shutting down). Later requests fail.
 func (m *Manager) Close() {
 	m.mu.Lock()
+	if !m.closed {
+		close(m.quit)
+	}
 	m.closed = true
+	if m.warm.timer != nil {
+		m.warm.timer.Stop()
+	}
 	var all []*server
 	for _, sl := range m.slots {
 		if sl.srv != nil {

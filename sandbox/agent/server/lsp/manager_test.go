@@ -109,6 +109,7 @@ type hoverInfo struct {
 	Word                    string
 	Answers                 map[string]json.RawMessage
 	Watched                 []string
+	Open                    []string // the documents open, by base name
 	Range                   Span
 }
 

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/cwsdev/cws/sandbox/agent/ident"
 )
 
 // server is one running language server process and its connection.
@@ -33,6 +35,8 @@ type server struct {
 	caps     capabilities
 	started  time.Time
 	stopping atomic.Bool // a deliberate stop: its exit is not a crash
+	// projected: the files of its configless project were opened (project.go).
+	projected atomic.Bool
 
 	ids      atomic.Int64
 	inflight atomic.Int32
@@ -112,7 +116,8 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 	cmd.Env = m.environ(lang)
 	// Its own process group, so a stop kills whatever it started too; and it dies with
 	// the agent.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// It runs as the tool user, never as the agent (package ident).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: ident.Credential()}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -125,7 +130,8 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	exited, err := startHeld(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s for %s: %w", bin, lang.Name, err)
 	}
 	s := &server{
@@ -139,7 +145,7 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 		handlerFunc(s.dispatch), jsonrpc2.SetLogger(discard{}))
 	go s.logStderr(stderr)
 	go func() {
-		s.err = cmd.Wait()
+		s.err = <-exited
 		close(s.done)
 		s.conn.Close()
 		m.exited(s)
@@ -152,6 +158,25 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 	}
 	m.log.Info("language server started", "server", s.name, "language", lang.Name, "pid", cmd.Process.Pid, "encoding", s.enc)
 	return s, nil
+}
+
+// startHeld starts cmd from a thread that stays locked to it until the process ends,
+// and returns its Wait's outcome: the kernel sends the Pdeathsig when the thread that
+// forked the process ends, not the agent, and the agent does end threads (package
+// launch forks each restricted command from a thread it then discards).
+func startHeld(cmd *exec.Cmd) (<-chan error, error) {
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	return exited, <-started
 }
 
 func (m *Manager) environ(lang *Language) []string {
@@ -182,7 +207,11 @@ func (s *server) initialize(ctx context.Context) error {
 	defer cancel()
 	root := s.m.rootURI()
 	params := map[string]any{
-		"processId":        os.Getpid(),
+		// No process id: servers built on vscode-languageserver (typescript-language-server,
+		// pyright) would check it every 3 s with kill(pid, 0), which fails with EPERM
+		// because they run as the tool user and the agent does not, and exit. They die
+		// with the agent anyway (Pdeathsig, their process group).
+		"processId":        nil,
 		"clientInfo":       map[string]string{"name": "cws-agent"},
 		"rootUri":          root,
 		"rootPath":         s.m.cfg.Root,

@@ -43,13 +43,18 @@ type ring struct {
 	limit int
 }
 
-func newRing(n int) *ring { return &ring{buf: make([]entry, n), limit: n} }
+// newRing returns a ring of n entries; its buffer grows as entries come (an agent whose
+// servers never ran holds none).
+func newRing(n int) *ring { return &ring{limit: n} }
 
 func (r *ring) add(e entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.limit == 0 {
 		return
+	}
+	if len(r.buf) < r.limit {
+		r.buf = append(r.buf, entry{})
 	}
 	r.buf[r.next] = e
 	r.next = (r.next + 1) % r.limit

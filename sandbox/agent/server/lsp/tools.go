@@ -34,6 +34,13 @@ var tools = map[string]tool{
 	"get_server_messages":     getServerMessages,
 }
 
+// wide are the tools that look across files: before them a configless project's files
+// are opened (project.go).
+var wide = map[string]bool{
+	"get_references": true, "rename_symbol": true, "workspace_symbol_search": true,
+	"prepare_call_hierarchy": true, "get_incoming_calls": true, "get_outgoing_calls": true,
+}
+
 // Tools lists the tool names, sorted.
 func Tools() []string {
 	out := make([]string, 0, len(tools))
@@ -56,8 +63,11 @@ func (m *Manager) Run(ctx context.Context, name string, args json.RawMessage, fi
 		args = json.RawMessage("{}")
 	}
 	for attempt := 0; ; attempt++ {
-		c := &call{m: m, files: files, texts: map[string]*Text{}, denied: map[string]bool{}}
+		c := &call{m: m, files: files, texts: map[string]*Text{}, denied: map[string]bool{}, wide: wide[name]}
 		res, err := t(ctx, c, args)
+		if c.s != nil {
+			m.used(c.s.lang)
+		}
 		if errors.Is(err, errExited) && attempt == 0 && ctx.Err() == nil {
 			continue
 		}

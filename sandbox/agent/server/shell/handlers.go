@@ -56,7 +56,7 @@ func (sh *Shell) exec(ctx context.Context, argv []string) error {
 	}
 	cmd.Stdout, cmd.Stderr = hc.Stdout, hc.Stderr
 	cmd.WaitDelay = pipeDrain
-	if err := cmd.Start(); err != nil {
+	if err := rc.host.Start(cmd); err != nil {
 		fmt.Fprintf(hc.Stderr, "cws-sh: %s: %v\n", argv[0], err)
 		return interp.ExitStatus(126)
 	}

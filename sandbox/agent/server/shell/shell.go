@@ -59,6 +59,9 @@ type Host interface {
 	// Command prepares argv to run in dir with env added to the fixed base environment,
 	// in its own process group. It must not start it.
 	Command(argv []string, dir string, env map[string]string) (*exec.Cmd, error)
+	// Start starts a command Command prepared (under the restrictions the host puts on
+	// what it may execute); an error is a start failure, exit status 126.
+	Start(cmd *exec.Cmd) error
 	// Open opens a file for the shell itself (a redirection, source, $(<file)). An
 	// error that is not an *os.PathError is a refusal: it stops the whole run.
 	Open(path string, flag int, perm os.FileMode) (io.ReadWriteCloser, error)

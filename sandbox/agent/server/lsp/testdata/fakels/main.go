@@ -6,7 +6,9 @@
 //   - every line "loc PATH LINE CHAR" of the document is a location definition returns
 //     (LINE and CHAR 0-based, in the negotiated encoding, a 3-unit range);
 //   - every "ERR" in a document is an error diagnostic, published on each sync;
-//   - lines "log:N text" and "show:N text" are sent as logMessage/showMessage of type N.
+//   - lines "log:N text" and "show:N text" are sent as logMessage/showMessage of type N;
+//   - hover also lists the documents open (base names, sorted), and references answers
+//     one location per open document that mentions the word at the position.
 //
 // FAKE_ENC=utf-8 makes it take UTF-8 positions when offered; FAKE_PULL=1 makes it offer
 // pull diagnostics.
@@ -17,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,6 +130,9 @@ func (s *state) handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Requ
 		s.announce(c, p.TextDocument.URI, text, p.TextDocument.Version)
 		return nil, nil
 	case "textDocument/didClose":
+		s.mu.Lock()
+		delete(s.docs, docURI(params))
+		s.mu.Unlock()
 		return nil, nil
 	case "workspace/didChangeWatchedFiles":
 		var p struct {
@@ -146,7 +152,7 @@ func (s *state) handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Requ
 		uri, line, char := position(params)
 		s.mu.Lock()
 		d := s.docs[uri]
-		info := map[string]any{"opens": s.opens, "changes": s.changes, "answers": s.answers, "watched": s.watched}
+		info := map[string]any{"opens": s.opens, "changes": s.changes, "answers": s.answers, "watched": s.watched, "open": s.openNames()}
 		var rng any
 		if d != nil {
 			info["version"] = d.version
@@ -181,6 +187,25 @@ func (s *state) handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Requ
 			}
 		}
 		return locs, nil
+	case "textDocument/references":
+		uri, line, char := position(params)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		d := s.docs[uri]
+		if d == nil {
+			return []any{}, nil
+		}
+		l := lineOf(d.text, line)
+		start, end := s.word(l, char)
+		word := sliceUnits(l, start, end, s.enc)
+		locs := []any{}
+		for u, o := range s.docs {
+			if word != "" && strings.Contains(o.text, word) {
+				locs = append(locs, map[string]any{"uri": u, "range": map[string]any{
+					"start": map[string]int{"line": 0, "character": 0}, "end": map[string]int{"line": 0, "character": 0}}})
+			}
+		}
+		return locs, nil
 	case "textDocument/diagnostic":
 		uri := docURI(params)
 		s.mu.Lock()
@@ -192,6 +217,16 @@ func (s *state) handle(ctx context.Context, c *jsonrpc2.Conn, req *jsonrpc2.Requ
 		return nil, nil
 	}
 	return nil, &jsonrpc2.Error{Code: jsonrpc2.CodeMethodNotFound, Message: req.Method}
+}
+
+// openNames lists the open documents' base names, sorted. Called with s.mu.
+func (s *state) openNames() []string {
+	out := []string{}
+	for u := range s.docs {
+		out = append(out, u[strings.LastIndex(u, "/")+1:])
+	}
+	sort.Strings(out)
+	return out
 }
 
 // askClient sends the client the requests an editor must answer, and keeps the answers.
