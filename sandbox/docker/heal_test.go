@@ -44,11 +44,13 @@ func TestHeal(t *testing.T) {
 			if _, err := c.WriteFile(ctx, agent.WriteArgs{Path: "kept.txt", Create: true}, []byte("kept")); err != nil {
 				t.Fatal(err)
 			}
+			// A write: on the socket path cws answers reads and stats itself (local
+			// reads), so only a change is sure to need the agent.
 			stuck := func(t *testing.T) {
 				t.Helper()
-				_, err := c.Stat(ctx, agent.StatArgs{Path: "kept.txt"})
+				_, err := c.WriteFile(ctx, agent.WriteArgs{Path: "probe.txt", Create: true}, []byte("x"))
 				if !errors.Is(err, agent.ErrUnresponsive) {
-					t.Fatalf("stat on a stopped agent = %v, want ErrUnresponsive", err)
+					t.Fatalf("write on a stopped agent = %v, want ErrUnresponsive", err)
 				}
 			}
 			back := func(t *testing.T) agent.PingResult {
