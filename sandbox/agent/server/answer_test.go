@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // doneSize is the size of the done frame's header that carries res.
@@ -58,7 +60,7 @@ func longNames(t *testing.T, root, dir string, n int) []string {
 func listRaw(t *testing.T, s *Server, a agent.ListArgs) agent.ListResult {
 	t.Helper()
 	raw, _ := json.Marshal(a)
-	res, err := s.list(context.Background(), raw, nil, nil)
+	res, err := s.files.List(context.Background(), raw, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestListAnswerFits(t *testing.T) {
 			if n := doneSize(t, r); n > agent.MaxHeader {
 				t.Fatalf("answer is %d bytes, a frame header holds %d", n, agent.MaxHeader)
 			}
-			maxE := cmpOr(tc.args.MaxEntries, defaultMaxEntries)
+			maxE := cmpOr(tc.args.MaxEntries, fs.DefaultMaxEntries)
 			if !r.Truncated || len(r.Entries) == 0 || len(r.Entries) > maxE {
 				t.Fatalf("truncated = %v with %d entries, want a truncated answer of 1..%d", r.Truncated, len(r.Entries), maxE)
 			}
@@ -179,7 +181,7 @@ func TestTooLargeOverTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ops["test.big"] = func(context.Context, json.RawMessage, []byte, *responder) (any, error) {
+	s.ops["test.big"] = func(context.Context, json.RawMessage, []byte, *op.Responder) (any, error) {
 		return map[string]string{"text": strings.Repeat("y", 2*agent.MaxHeader)}, nil
 	}
 	dials := 0

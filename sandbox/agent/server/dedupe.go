@@ -3,7 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/ident"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // outcomesKept is how many recent request outcomes the agent remembers: far more than
@@ -183,7 +184,7 @@ func validID(id string) bool {
 // remove of a path that never existed, and a rename whose source never existed while
 // its destination did, report success. Anything else keeps its error.
 func (s *Server) settle(h *agent.Header, res any, err error) (any, error) {
-	if !errors.Is(err, fs.ErrNotExist) {
+	if !errors.Is(err, iofs.ErrNotExist) {
 		return res, err
 	}
 	switch h.Op {
@@ -196,21 +197,21 @@ func (s *Server) settle(h *agent.Header, res any, err error) (any, error) {
 			return res, err
 		}
 		// The destination as rename reports it: the entry itself, a link not followed.
-		to, terr := s.ws.entry(a.To, a.Guard)
+		to, terr := s.ws.Entry(a.To, a.Guard)
 		if terr != nil {
 			return res, err
 		}
-		dir, base, terr := s.ws.openParent(to, false)
+		dir, base, terr := s.ws.OpenParent(to, false)
 		if terr != nil {
 			return res, err
 		}
 		defer dir.Close()
-		fi, terr := os.Lstat(fdPath(dir) + "/" + base)
+		fi, terr := os.Lstat(fs.FDPath(dir) + "/" + base)
 		if terr != nil {
 			return res, err
 		}
 		s.log.Info("request in doubt settled: already renamed", "op", h.Op)
-		return fileInfo(to.rel, fi), nil
+		return fs.FileInfo(to.Rel, fi), nil
 	}
 	return res, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // restrictingServer is a Server that restricts commands with Landlock on the host's
@@ -32,7 +33,7 @@ func restrictingServer(t *testing.T) *Server {
 	return s
 }
 
-func opResult[R any](t *testing.T, op handler, args any) R {
+func opResult[R any](t *testing.T, op op.Handler, args any) R {
 	t.Helper()
 	raw, _ := json.Marshal(args)
 	res, err := op(t.Context(), raw, nil, nil)
@@ -66,7 +67,7 @@ func TestExecPolicy(t *testing.T) {
 		{"the looser policy again", []string{"env", "true"}, envTrue, 0, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := opResult[*agent.ExecResult](t, s.exec, agent.ExecArgs{Argv: tc.argv, Launch: tc.policy})
+			res := opResult[*agent.ExecResult](t, s.exec.Exec, agent.ExecArgs{Argv: tc.argv, Launch: tc.policy})
 			if res.ExitCode != tc.exit || res.StartError != tc.startErr || !strings.Contains(string(res.Stderr), tc.stderr) || res.Unenforced {
 				t.Errorf("%q: exit %d, start error %q, stderr %q, unenforced %v; want exit %d, start error %q, stderr with %q",
 					tc.argv, res.ExitCode, res.StartError, res.Stderr, res.Unenforced, tc.exit, tc.startErr, tc.stderr)
@@ -81,20 +82,20 @@ func TestExecPolicy(t *testing.T) {
 func TestExecPolicyProcesses(t *testing.T) {
 	s := restrictingServer(t)
 	sleep := &agent.ExecPolicy{Programs: []string{"sleep"}}
-	pi := opResult[agent.ProcInfo](t, s.procStart, agent.ProcStartArgs{Argv: []string{"sleep", "0.3"}, Launch: sleep})
+	pi := opResult[agent.ProcInfo](t, s.proc.Start, agent.ProcStartArgs{Argv: []string{"sleep", "0.3"}, Launch: sleep})
 	time.Sleep(100 * time.Millisecond) // the thread that started it is gone by now
-	info, err := s.procs.Info(t.Context(), pi.ID, 5*time.Second)
+	info, err := s.proc.Keeper.Info(t.Context(), pi.ID, 5*time.Second)
 	if err != nil || info.Running || info.ExitCode == nil || *info.ExitCode != 0 {
 		t.Errorf("sleep 0.3 under [sleep]: %+v, %v; want exit 0", info, err)
 	}
-	pi = opResult[agent.ProcInfo](t, s.procStart, agent.ProcStartArgs{Argv: []string{"sleep", "30"}, Launch: sleep})
+	pi = opResult[agent.ProcInfo](t, s.proc.Start, agent.ProcStartArgs{Argv: []string{"sleep", "30"}, Launch: sleep})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	raw, _ := json.Marshal(agent.ProcKillArgs{ID: pi.ID, GraceMS: 100})
-	if _, err := s.procKill(ctx, raw, nil, nil); err != nil {
+	if _, err := s.proc.Kill(ctx, raw, nil, nil); err != nil {
 		t.Errorf("kill sleep 30: %v", err)
 	}
-	if _, err := s.procStart(t.Context(), json.RawMessage(`{"argv":["sh","-c","true"],"launch":{"programs":["sleep"]}}`), nil, nil); err == nil {
+	if _, err := s.proc.Start(t.Context(), json.RawMessage(`{"argv":["sh","-c","true"],"launch":{"programs":["sleep"]}}`), nil, nil); err == nil {
 		t.Error("sh under [sleep] started in the background")
 	}
 

@@ -7,17 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path"
 	"runtime"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // OpenLocal serves reads and stats in the host's own process (see agent.Local) with
@@ -37,14 +38,13 @@ func OpenLocal(root *os.File, t agent.LocalTarget) (agent.Local, error) {
 	if err := identityCheck(); err != nil {
 		return fail(err)
 	}
-	fd := int(root.Fd())
-	r, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	ws, err := fs.FromFD(t.Dir, int(root.Fd()))
 	if err != nil {
 		return fail(err)
 	}
-	ws := &workspace{dir: path.Clean(t.Dir), root: r, fd: fd}
-	s := &Server{log: slog.New(slog.DiscardHandler), ws: ws, idle: newIdleRelease(0)}
-	s.ops = map[string]handler{agent.OpRead: s.read, agent.OpStat: s.stat}
+	files := &fs.Handlers{WS: ws}
+	s := &Server{log: slog.New(slog.DiscardHandler), ws: ws, files: files, idle: newIdleRelease(0)}
+	s.ops = map[string]op.Handler{agent.OpRead: files.Read, agent.OpStat: files.Stat}
 	return &local{s: s, file: root, uid: t.UID, gid: t.GID}, nil
 }
 
@@ -73,7 +73,7 @@ func (l *local) Close() error {
 // closeIfIdle closes the root once closing and no call runs. Called with mu.
 func (l *local) closeIfIdle() {
 	if l.closing && l.running == 0 && l.file != nil {
-		l.s.ws.root.Close()
+		l.s.ws.Root().Close()
 		l.file.Close()
 		l.file = nil
 	}
@@ -104,23 +104,23 @@ func (l *local) leave() {
 const localMax = 64 << 20
 
 func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
-	op, ok := l.s.ops[h.Op]
+	run, ok := l.s.ops[h.Op]
 	if !ok || h.Stream || h.ID != "" || (h.Op == agent.OpRead && !boundedRead(h.Args)) || !l.enter() {
 		return false
 	}
 	defer l.leave()
 	var buf bytes.Buffer
-	r := &responder{w: &buf}
+	r := op.NewResponder(&buf)
 	var res any
 	var err error
-	if !asIdentity(l.uid, l.gid, func() { res, err = op(ctx, h.Args, body, r) }) {
+	if !asIdentity(l.uid, l.gid, func() { res, err = run(ctx, h.Args, body, r) }) {
 		return false
 	}
-	if errors.Is(err, fs.ErrPermission) && buf.Len() == 0 && len(r.held) == 0 {
+	if errors.Is(err, iofs.ErrPermission) && buf.Len() == 0 && !r.Holding() {
 		return false // refused to the workspace's user as cws opens: the agent is the judge
 	}
 	done, out := doneFrame(res, err)
-	_ = r.send(done, out)
+	_ = r.Send(done, out)
 	_, _ = w.Write(buf.Bytes())
 	return true
 }

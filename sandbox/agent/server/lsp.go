@@ -9,7 +9,9 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"github.com/cwsdev/cws/sandbox/agent/server/lsp"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,14 +39,14 @@ type cachedFile struct {
 
 func (s *Server) lspManager() *lsp.Manager {
 	s.lsp.once.Do(func() {
-		env := s.environ(nil)
+		env := s.exec.Environ(nil)
 		// The image's own Go settings win over the manager's defaults.
 		for _, k := range []string{"GOTOOLCHAIN", "GOPATH", "GOMODCACHE", "GOCACHE", "GOFLAGS", "GOPROXY", "CGO_ENABLED", "GOROOT"} {
 			if v, ok := os.LookupEnv(k); ok {
 				env = append(env, k+"="+v)
 			}
 		}
-		s.lsp.m = lsp.New(lsp.Config{Root: s.ws.dir, Env: env, IdleTimeout: s.cfg.LSPIdle, Log: s.log})
+		s.lsp.m = lsp.New(lsp.Config{Root: s.ws.Dir(), Env: env, IdleTimeout: s.cfg.LSPIdle, Log: s.log})
 	})
 	return s.lsp.m
 }
@@ -68,16 +70,16 @@ func (s *Server) lspWrote(rel string, g *guard.Guard, dir bool) {
 }
 
 // lspCall runs one code-intelligence tool (agent.LSPArgs).
-func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.LSPArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	res, dropped, err := s.lspManager().Run(ctx, a.Tool, a.Args, guardedFiles{ws: s.ws, g: a.Guard, cache: &s.lsp.cache})
 	if err != nil {
 		return nil, err
 	}
-	res, omitted, err := lsp.Fit(a.Tool, res, answerBudget) // no answer is too big (answer.go)
+	res, omitted, err := lsp.Fit(a.Tool, res, op.AnswerBudget) // no answer is too big (package op)
 	if err != nil {
 		return nil, err
 	}
@@ -88,13 +90,13 @@ func (s *Server) lspCall(ctx context.Context, args json.RawMessage, _ []byte, _ 
 // resolved beneath the workspace, the guard checked on the asked and the resolved path,
 // opened without following links, hard links refused where the guard denies anything.
 type guardedFiles struct {
-	ws    *workspace
+	ws    *fs.Workspace
 	g     *guard.Guard
 	cache *sync.Map // of *cachedFile; nil: no cache
 }
 
 func (f guardedFiles) Read(rel string) ([]byte, error) {
-	t, fd, err := f.ws.openChecked(rel, f.g, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	t, fd, err := f.ws.OpenChecked(rel, f.g, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, wireError(err)
 	}
@@ -104,17 +106,17 @@ func (f guardedFiles) Read(rel string) ([]byte, error) {
 		return nil, wireError(err)
 	}
 	if fi.IsDir() {
-		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+		return nil, agent.Errorf(agent.CodeIsDir, t.Rel, "is a directory")
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, agent.Errorf(agent.CodeInvalid, t.rel, "not a regular file")
+		return nil, agent.Errorf(agent.CodeInvalid, t.Rel, "not a regular file")
 	}
 	if fi.Size() > maxLSPFile {
-		return nil, agent.Errorf(agent.CodeTooLarge, t.rel, "file is %d bytes; language servers get files up to %d", fi.Size(), maxLSPFile)
+		return nil, agent.Errorf(agent.CodeTooLarge, t.Rel, "file is %d bytes; language servers get files up to %d", fi.Size(), maxLSPFile)
 	}
 	var st unix.Stat_t
 	if f.cache != nil && unix.Fstat(int(fd.Fd()), &st) == nil {
-		if v, ok := f.cache.Load(t.real); ok {
+		if v, ok := f.cache.Load(t.Real); ok {
 			c := v.(*cachedFile)
 			if c.dev == st.Dev && c.ino == st.Ino && c.size == st.Size && c.mtime == st.Mtim && c.ctime == st.Ctim {
 				return c.data, nil
@@ -126,7 +128,7 @@ func (f guardedFiles) Read(rel string) ([]byte, error) {
 		return nil, wireError(err)
 	}
 	if f.cache != nil && st.Ino != 0 && int64(len(b)) == st.Size {
-		f.cache.Store(t.real, &cachedFile{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: b})
+		f.cache.Store(t.Real, &cachedFile{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: b})
 	}
 	return b, nil
 }

@@ -1,8 +1,10 @@
 // Package server is the cws-agent's side of the wire protocol: it accepts bridged
 // connections, runs the handshake and a yamux session on each, and serves the
-// operations of package agent against the workspace directory.
+// operations of package agent against the workspace directory. It dispatches each call
+// to the package that serves it (fs, search, archive, exec, proc, lsp) and serves the
+// terminal itself.
 //
-// Every path is resolved beneath the workspace through an os.Root, so no spelling and no
+// Every path is resolved beneath the workspace (package fs), so no spelling and no
 // symlink can reach outside it; the optional guard of each request is checked again on
 // the symlink-resolved path.
 package server
@@ -20,7 +22,13 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/archive"
+	"github.com/cwsdev/cws/sandbox/agent/server/exec"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
+	"github.com/cwsdev/cws/sandbox/agent/server/proc"
+	"github.com/cwsdev/cws/sandbox/agent/server/search"
 	"github.com/hashicorp/yamux"
 )
 
@@ -53,29 +61,28 @@ type Config struct {
 }
 
 // Server serves agent operations. The background processes are the Server's keeper's
-// (proc.go), so they outlive any one connection, and with a keeper process the Server
-// too.
+// (package proc), so they outlive any one connection, and with a keeper process the
+// Server too.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	ws    *workspace
-	procs keeper // the background processes (proc.go)
-	ops   map[string]handler
-	seen  *outcomes // answers to recent requests with ids (dedupe.go)
+	cfg     Config
+	log     *slog.Logger
+	ws      *fs.Workspace
+	files   *fs.Handlers
+	search  *search.Handler
+	archive *archive.Handlers
+	exec    *exec.Runner   // commands, and the exec operation
+	proc    *proc.Handlers // the background processes, kept by a keeper (package proc)
+	ops     map[string]op.Handler
+	seen    *outcomes // answers to recent requests with ids (dedupe.go)
 	// landlock is the Landlock ABI commands are restricted with; 0: commands with an
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
-	rulesets *launch.Cache // each ExecPolicy's Landlock ruleset (launcher.go); nil without Landlock
-	lsp      lspHost       // the language servers (lsp.go)
+	lsp      lspHost // the language servers (lsp.go)
 	idle     *idleRelease
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
 }
-
-// handler runs one operation. It may send events through r while it runs; its result
-// goes out in the done frame.
-type handler func(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error)
 
 // New opens the workspace root and returns a Server.
 func New(cfg Config) (*Server, error) {
@@ -85,36 +92,41 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	ws, err := openWorkspace(cfg.Root)
+	ws, err := fs.OpenWorkspace(cfg.Root)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, procs: newKeeper(cfg), conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
+	s := &Server{cfg: cfg, log: cfg.Log, ws: ws, conns: map[*yamux.Session]struct{}{}, seen: newOutcomes(cfg.StateDir)}
 	s.idle = newIdleRelease(cfg.ReleaseIdle)
 	if cfg.Launcher != "" {
 		s.landlock = launch.ABI()
 	}
+	s.exec = &exec.Runner{WS: ws, BaseEnv: cfg.BaseEnv, Landlock: s.landlock}
 	if s.landlock > 0 {
-		s.rulesets = launch.NewCache(agent.SafePath, 0)
+		s.exec.Rulesets = launch.NewCache(agent.SafePath, 0)
 	}
-	s.ops = map[string]handler{
+	s.files = &fs.Handlers{WS: ws, Wrote: s.lspWrote}
+	s.search = &search.Handler{WS: ws}
+	s.archive = &archive.Handlers{WS: ws, Log: s.log, Wrote: s.lspWrote}
+	s.proc = &proc.Handlers{Keeper: proc.NewKeeper(cfg.ProcDir, cfg.Launcher, cfg.Log), Exec: s.exec, Log: s.log}
+	s.ops = map[string]op.Handler{
 		agent.OpPing:       s.ping,
-		agent.OpStat:       s.stat,
-		agent.OpRead:       s.read,
-		agent.OpWrite:      s.write,
-		agent.OpList:       s.list,
-		agent.OpRemove:     s.remove,
-		agent.OpRename:     s.rename,
-		agent.OpMkdir:      s.mkdir,
-		agent.OpSearch:     s.search,
-		agent.OpExec:       s.exec,
-		agent.OpProcStart:  s.procStart,
-		agent.OpProcList:   s.procList,
-		agent.OpProcOutput: s.procOutput,
-		agent.OpProcKill:   s.procKill,
-		agent.OpTarOut:     s.tarOut,
-		agent.OpTarIn:      s.tarIn,
-		agent.OpCheck:      s.check,
+		agent.OpStat:       s.files.Stat,
+		agent.OpRead:       s.files.Read,
+		agent.OpWrite:      s.files.Write,
+		agent.OpList:       s.files.List,
+		agent.OpRemove:     s.files.Remove,
+		agent.OpRename:     s.files.Rename,
+		agent.OpMkdir:      s.files.Mkdir,
+		agent.OpSearch:     s.search.Search,
+		agent.OpExec:       s.exec.Exec,
+		agent.OpProcStart:  s.proc.Start,
+		agent.OpProcList:   s.proc.List,
+		agent.OpProcOutput: s.proc.Output,
+		agent.OpProcKill:   s.proc.Kill,
+		agent.OpTarOut:     s.archive.TarOut,
+		agent.OpTarIn:      s.archive.TarIn,
+		agent.OpCheck:      s.files.Check,
 		agent.OpLSP:        s.lspCall,
 		agent.OpTermRun:    s.termRun,
 		agent.OpTermRead:   s.termRead,
@@ -156,7 +168,7 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	if uc, ok := conn.(*net.UnixConn); ok && peer.Root {
 		// The host shares this kernel: it gets the workspace root to read from itself
 		// (agent/local.go).
-		err = agent.WriteHelloRights(uc, ours, s.ws.fd)
+		err = agent.WriteHelloRights(uc, ours, s.ws.FD())
 	} else {
 		err = agent.WriteHello(conn, ours)
 	}
@@ -208,10 +220,10 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &responder{w: st}
+	r := op.NewResponder(st)
 	var pw *io.PipeWriter
 	if h.Stream {
-		r.in, pw = io.Pipe()
+		r.In, pw = io.Pipe()
 	}
 	// Further frames: a streamed body's data and eof, or a cancel. EOF or a broken stream
 	// also means the host gave up.
@@ -245,7 +257,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		if oc, first, inDoubt = s.seen.begin(h.ID); !first {
 			select {
 			case <-oc.done:
-				if err := r.send(oc.h, oc.body); err != nil {
+				if err := r.Send(oc.h, oc.body); err != nil {
 					s.log.Warn("answer not sent", "op", h.Op, "err", err)
 				}
 			case <-ctx.Done():
@@ -260,7 +272,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 		err = agent.Errorf(agent.CodeInvalid, "", "unknown operation %q", h.Op)
 	} else {
 		if h.Op == agent.OpExec || h.Op == agent.OpProcStart || h.Op == agent.OpTermRun {
-			_ = r.send(&agent.Header{Event: agent.EventStarted}, nil)
+			_ = r.Send(&agent.Header{Event: agent.EventStarted}, nil)
 		}
 		res, err = op(ctx, h.Args, body, r)
 		if inDoubt && err != nil {
@@ -271,7 +283,7 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	if oc != nil {
 		s.seen.finish(h.ID, oc, done, out)
 	}
-	if err := r.send(done, out); err != nil {
+	if err := r.Send(done, out); err != nil {
 		s.log.Warn("answer not sent", "op", h.Op, "err", err)
 	}
 }
@@ -297,77 +309,7 @@ func doneFrame(res any, err error) (*agent.Header, []byte) {
 	return done, out
 }
 
-// responder serialises the frames one call sends back, and holds a streamed request body.
-type responder struct {
-	mu sync.Mutex
-	w  io.Writer
-	in io.Reader // the request body of a streamed call; nil otherwise
-	// held are encoded event frames that go out with the next frame (see hold).
-	held []byte
-}
-
-// holdMax bounds the event frames a responder holds back.
-const holdMax = 64 << 10
-
-// send writes one frame, after any held ones, in one write.
-func (r *responder) send(h *agent.Header, body []byte) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.held) == 0 {
-		return agent.WriteFrame(r.w, h, body)
-	}
-	buf, err := agent.AppendFrame(r.held, h, body)
-	r.held = nil
-	if err != nil {
-		return err
-	}
-	_, err = r.w.Write(buf)
-	return err
-}
-
-// hold sends event frames that are not live output (a file's content) with the frame
-// after them: a small reply, its data and its done frame, is one write on the stream
-// and one frame on the connection. Held frames never exceed holdMax.
-func (r *responder) hold(ev string, data []byte) error {
-	if len(data) > holdMax {
-		return r.event(ev, data)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.held)+len(data) > holdMax {
-		if _, err := r.w.Write(r.held); err != nil {
-			return err
-		}
-		r.held = r.held[:0]
-	}
-	var err error
-	r.held, err = agent.AppendFrame(r.held, &agent.Header{Event: ev}, data)
-	return err
-}
-
-// event sends one event frame, splitting data into chunks the frame limit allows.
-func (r *responder) event(ev string, data []byte) error {
-	for len(data) > 0 {
-		n := min(len(data), agent.ChunkSize)
-		if err := r.send(&agent.Header{Event: ev}, data[:n]); err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	return nil
-}
-
-func decode(args json.RawMessage, v any) error {
-	if len(args) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(args, v); err != nil {
-		return agent.Errorf(agent.CodeInvalid, "", "bad arguments: %v", err)
-	}
-	return nil
-}
-
-func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *responder) (any, error) {
+func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *op.Responder) (any, error) {
 	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock}, nil
 }
 

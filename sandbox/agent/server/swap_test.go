@@ -12,6 +12,8 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 const swapSecret = "S3CRET"
@@ -56,11 +58,11 @@ func swapEnv(t *testing.T) (*Server, *guard.Guard, string) {
 	return s, g, root
 }
 
-func call(t *testing.T, op func(context.Context, json.RawMessage, []byte, *responder) (any, error), args any, body []byte) (string, error) {
+func call(t *testing.T, fn op.Handler, args any, body []byte) (string, error) {
 	t.Helper()
 	raw, _ := json.Marshal(args)
 	var out bytes.Buffer
-	res, err := op(context.Background(), raw, body, &responder{w: &out})
+	res, err := fn(context.Background(), raw, body, op.NewResponder(&out))
 	b, _ := json.Marshal(res)
 	return out.String() + string(b), err
 }
@@ -72,30 +74,30 @@ func TestSwapRaces(t *testing.T) {
 	for _, fallback := range []bool{false, true} {
 		name := map[bool]string{false: "openat2", true: "openat fallback"}[fallback]
 		t.Run(name, func(t *testing.T) {
-			noOpenat2.Store(fallback)
-			t.Cleanup(func() { noOpenat2.Store(false) })
+			fs.NoOpenat2.Store(fallback)
+			t.Cleanup(func() { fs.NoOpenat2.Store(false) })
 			s, g, root := swapEnv(t)
 			const rounds = 3000
 			leaks := map[string]int{}
 			for i := 0; i < rounds; i++ {
 				for _, tc := range []struct {
 					op   string
-					fn   func(context.Context, json.RawMessage, []byte, *responder) (any, error)
+					fn   func(context.Context, json.RawMessage, []byte, *op.Responder) (any, error)
 					args any
 				}{
-					{"read x", s.read, agent.ReadArgs{Path: "x", Guard: g}},
-					{"read d/f", s.read, agent.ReadArgs{Path: "d/f", Guard: g}},
-					{"search d", s.search, agent.SearchArgs{Query: swapSecret, Path: "d", Hidden: true, Guard: g}},
-					{"search x", s.search, agent.SearchArgs{Query: swapSecret, Path: "x", Hidden: true, Guard: g}},
-					{"list d", s.list, agent.ListArgs{Path: "d", Guard: g}},
+					{"read x", s.files.Read, agent.ReadArgs{Path: "x", Guard: g}},
+					{"read d/f", s.files.Read, agent.ReadArgs{Path: "d/f", Guard: g}},
+					{"search d", s.search.Search, agent.SearchArgs{Query: swapSecret, Path: "d", Hidden: true, Guard: g}},
+					{"search x", s.search.Search, agent.SearchArgs{Query: swapSecret, Path: "x", Hidden: true, Guard: g}},
+					{"list d", s.files.List, agent.ListArgs{Path: "d", Guard: g}},
 				} {
 					out, _ := call(t, tc.fn, tc.args, nil)
 					if strings.Contains(out, swapSecret) {
 						leaks[tc.op]++
 					}
 				}
-				call(t, s.write, agent.WriteArgs{Path: "x", Create: true, Guard: g}, []byte("overwritten\n"))
-				call(t, s.write, agent.WriteArgs{Path: "d/f", Create: true, Guard: g}, []byte("overwritten\n"))
+				call(t, s.files.Write, agent.WriteArgs{Path: "x", Create: true, Guard: g}, []byte("overwritten\n"))
+				call(t, s.files.Write, agent.WriteArgs{Path: "d/f", Create: true, Guard: g}, []byte("overwritten\n"))
 			}
 			for op, n := range leaks {
 				t.Errorf("%s leaked the denied contents %d times in %d", op, n, rounds)
@@ -108,35 +110,4 @@ func TestSwapRaces(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestOpenRealRefusesLinks: the resolved path is opened without following any link.
-func TestOpenRealRefusesLinks(t *testing.T) {
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "real"), 0o755)
-	os.WriteFile(filepath.Join(root, "real", "f"), []byte("x"), 0o644)
-	os.Symlink("real", filepath.Join(root, "link"))
-	os.Symlink("real/f", filepath.Join(root, "flink"))
-	ws, err := openWorkspace(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fallback := range []bool{false, true} {
-		noOpenat2.Store(fallback)
-		for _, p := range []string{"link/f", "flink", "link"} {
-			if f, err := ws.openReal(p, os.O_RDONLY, 0); err == nil || !swapped(err) {
-				if f != nil {
-					f.Close()
-				}
-				t.Errorf("fallback=%v: openReal(%q) = %v, want ELOOP", fallback, p, err)
-			}
-		}
-		f, err := ws.openReal("real/f", os.O_RDONLY, 0)
-		if err != nil {
-			t.Errorf("fallback=%v: openReal(real/f) = %v", fallback, err)
-		} else {
-			f.Close()
-		}
-	}
-	noOpenat2.Store(false)
 }

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,7 +16,10 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/exec"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"github.com/cwsdev/cws/sandbox/agent/server/keep"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"github.com/cwsdev/cws/sandbox/agent/server/shell"
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +37,7 @@ type termTable struct {
 	terms map[string]*terminal
 
 	tmpOnce sync.Once
-	tmp     *workspace // /tmp, opened beneath like the workspace; nil if it can't be
+	tmp     *fs.Workspace // /tmp, opened beneath like the workspace; nil if it can't be
 }
 
 func (s *Server) terms() *termTable {
@@ -87,9 +90,9 @@ func termID(id string) string {
 	return id
 }
 
-func (s *Server) termRun(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
+func (s *Server) termRun(ctx context.Context, args json.RawMessage, _ []byte, r *op.Responder) (any, error) {
 	var a agent.TermRunArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if a.Background {
@@ -112,7 +115,7 @@ func (s *Server) termRun(ctx context.Context, args json.RawMessage, _ []byte, r 
 	start := t.scroll.Total()
 	t.cancel = cancel
 	if a.Stream {
-		t.sink = r.event
+		t.sink = r.Event
 	}
 	t.mu.Unlock()
 
@@ -164,24 +167,24 @@ func (s *Server) newShell(a agent.TermRunArgs, stdout, stderr io.Writer) (*shell
 	if cwd == "" {
 		cwd = "."
 	}
-	t, err := s.ws.open(cwd, a.Guard, false)
+	t, err := s.ws.Open(cwd, a.Guard, false)
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := s.ws.root.Stat(t.real); err != nil {
+	if fi, err := s.ws.Root().Stat(t.Real); err != nil {
 		return nil, err
 	} else if !fi.IsDir() {
-		return nil, agent.Errorf(agent.CodeNotDir, t.rel, "working directory is not a directory")
+		return nil, agent.Errorf(agent.CodeNotDir, t.Rel, "working directory is not a directory")
 	}
 	env := map[string]string{}
-	for _, kv := range s.environ(a.Env) {
+	for _, kv := range s.exec.Environ(a.Env) {
 		k, v, _ := strings.Cut(kv, "=")
 		if !shell.Forbidden(k) {
 			env[k] = v
 		}
 	}
 	return shell.New(shell.Config{
-		Dir: filepath.Join(s.ws.dir, t.real), Home: s.ws.dir, Env: env, Stdout: stdout, Stderr: stderr,
+		Dir: filepath.Join(s.ws.Dir(), t.Real), Home: s.ws.Dir(), Env: env, Stdout: stdout, Stderr: stderr,
 	})
 }
 
@@ -190,12 +193,12 @@ func (s *Server) termPolicy(a agent.TermRunArgs, pass []string) shell.Policy {
 }
 
 // termBackground runs a command in a fresh shell, capturing stdout and stderr apart.
-func (s *Server) termBackground(ctx context.Context, a agent.TermRunArgs, r *responder) (any, error) {
-	limit := outputLimit(a.OutputCap)
-	stdout, stderr := &capture{max: limit}, &capture{max: limit}
+func (s *Server) termBackground(ctx context.Context, a agent.TermRunArgs, r *op.Responder) (any, error) {
+	limit := exec.OutputLimit(a.OutputCap)
+	stdout, stderr := &exec.Capture{Max: limit}, &exec.Capture{Max: limit}
 	if a.Stream {
-		stdout.stream = func(p []byte) error { return r.event(agent.EventStdout, p) }
-		stderr.stream = func(p []byte) error { return r.event(agent.EventStderr, p) }
+		stdout.Stream = func(p []byte) error { return r.Event(agent.EventStdout, p) }
+		stderr.Stream = func(p []byte) error { return r.Event(agent.EventStderr, p) }
 	}
 	sh, err := s.newShell(a, stdout, stderr)
 	if err != nil {
@@ -214,13 +217,8 @@ func (s *Server) termBackground(ctx context.Context, a agent.TermRunArgs, r *res
 		ExitCode: res.ExitCode, Cwd: s.termCwd(sh.Dir()), TimedOut: res.TimedOut, Canceled: res.Canceled,
 		Exited: res.Exited, DurationMS: time.Since(began).Milliseconds(),
 	}
-	stdout.mu.Lock()
-	stderr.mu.Lock()
-	out.Stdout, out.StdoutTruncated = stdout.buf.Bytes(), stdout.truncated
-	out.Stderr, out.StderrTruncated = stderr.buf.Bytes(), stderr.truncated
-	stdout.stream, stderr.stream = nil, nil
-	stderr.mu.Unlock()
-	stdout.mu.Unlock()
+	out.Stdout, out.StdoutTruncated = stdout.Stop()
+	out.Stderr, out.StderrTruncated = stderr.Stop()
 	return out, nil
 }
 
@@ -236,7 +234,7 @@ func termError(err error) error {
 
 // termCwd is an absolute directory of the shell, workspace-relative.
 func (s *Server) termCwd(dir string) string {
-	if rel, err := s.ws.clean(dir); err == nil {
+	if rel, err := s.ws.Clean(dir); err == nil {
 		return rel
 	}
 	return dir
@@ -250,9 +248,9 @@ func (s *Server) lookupTerm(id string) (*terminal, bool) {
 	return t, ok
 }
 
-func (s *Server) termRead(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+func (s *Server) termRead(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.TermReadArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	t, ok := s.lookupTerm(a.ID)
@@ -277,9 +275,9 @@ func (s *Server) termRead(ctx context.Context, args json.RawMessage, _ []byte, _
 	return out, nil
 }
 
-func (s *Server) termInfo(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+func (s *Server) termInfo(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.TermIDArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	info := agent.TermInfo{OSType: "Linux", OSVersion: osVersion(), Shell: shell.Name, Cwd: "."}
@@ -292,9 +290,9 @@ func (s *Server) termInfo(ctx context.Context, args json.RawMessage, _ []byte, _
 	return info, nil
 }
 
-func (s *Server) termClose(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+func (s *Server) termClose(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.TermIDArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	tt := s.terms()
@@ -340,41 +338,41 @@ type termHost struct {
 }
 
 // Command builds the command as exec and proc.start do.
-func (h termHost) Command(argv []string, dir string, env map[string]string) (*exec.Cmd, error) {
-	rel, err := h.s.ws.clean(dir)
+func (h termHost) Command(argv []string, dir string, env map[string]string) (*osexec.Cmd, error) {
+	rel, err := h.s.ws.Clean(dir)
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := h.s.baseCommand(argv, rel, env, h.g)
-	var nf errNotFound
+	cmd, err := h.s.exec.BaseCommand(argv, rel, env, h.g)
+	var nf exec.ErrNotFound
 	if errors.As(err, &nf) {
-		return nil, fmt.Errorf("%w: %s", shell.ErrNotFound, nf.name)
+		return nil, fmt.Errorf("%w: %s", shell.ErrNotFound, nf.Name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if _, err := h.s.launchThrough(cmd, h.launch); err != nil { // requireLandlock without Landlock
+	if _, err := h.s.exec.LaunchThrough(cmd, h.launch); err != nil { // requireLandlock without Landlock
 		return nil, err
 	}
 	return cmd, nil
 }
 
 // Start starts a command Command made, under the call's exec policy as exec does.
-func (h termHost) Start(cmd *exec.Cmd) error {
-	pc, err := h.s.launchThrough(cmd, h.launch)
+func (h termHost) Start(cmd *osexec.Cmd) error {
+	pc, err := h.s.exec.LaunchThrough(cmd, h.launch)
 	if err != nil {
 		return err
 	}
-	return pc.start()
+	return pc.Start()
 }
 
 // Chdir lets cd into a directory beneath the workspace that the guard allows.
 func (h termHost) Chdir(dir string) error {
-	rel, err := h.s.ws.clean(dir)
+	rel, err := h.s.ws.Clean(dir)
 	if err != nil {
 		return err
 	}
-	_, err = h.s.ws.open(rel, h.g, false)
+	_, err = h.s.ws.Open(rel, h.g, false)
 	return err
 }
 
@@ -394,12 +392,12 @@ func (h termHost) Open(path string, flag int, perm os.FileMode) (io.ReadWriteClo
 	switch {
 	case path == "/dev/null":
 		return os.OpenFile(path, flag, 0)
-	case path == ws.dir || strings.HasPrefix(path, ws.dir+"/"):
+	case path == ws.Dir() || strings.HasPrefix(path, ws.Dir()+"/"):
 		var rel string
-		if rel, err = ws.clean(path); err != nil {
+		if rel, err = ws.Clean(path); err != nil {
 			return nil, err
 		}
-		_, f, err = ws.openChecked(rel, h.g, write, flag, uint32(perm.Perm()))
+		_, f, err = ws.OpenChecked(rel, h.g, write, flag, uint32(perm.Perm()))
 	case path == "/tmp" || strings.HasPrefix(path, "/tmp/"):
 		tmp := h.s.terms().tmpDir()
 		if tmp == nil {
@@ -409,8 +407,8 @@ func (h termHost) Open(path string, flag int, perm os.FileMode) (io.ReadWriteClo
 		if real == "" {
 			real = "."
 		}
-		if f, err = tmp.openReal(real, flag, uint32(perm.Perm())); err == nil && denies(h.g) {
-			if err = checkLinks(f, h.g, path); err != nil {
+		if f, err = tmp.OpenReal(real, flag, uint32(perm.Perm())); err == nil && fs.Denies(h.g) {
+			if err = fs.CheckLinks(f, h.g, path); err != nil {
 				f.Close()
 			}
 		}
@@ -429,9 +427,9 @@ func (h termHost) Open(path string, flag int, perm os.FileMode) (io.ReadWriteClo
 	return f, nil
 }
 
-func (tt *termTable) tmpDir() *workspace {
+func (tt *termTable) tmpDir() *fs.Workspace {
 	tt.tmpOnce.Do(func() {
-		tt.tmp, _ = openWorkspace("/tmp")
+		tt.tmp, _ = fs.OpenWorkspace("/tmp")
 	})
 	return tt.tmp
 }

@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // TestSearchAgreesWithRipgrep: on a tree with .gitignore files, dot-files, binaries,
@@ -25,7 +26,8 @@ func TestSearchAgreesWithRipgrep(t *testing.T) {
 	root := policyTree(t)
 	// rg stops at a NUL anywhere; the agent calls a file binary by its first 8 KiB.
 	os.Remove(root + "/late-nul.txt")
-	s, err := New(Config{Root: root})
+	ws, err := fs.OpenWorkspace(root)
+	s := &Handler{WS: ws}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestSearchAgreesWithRipgrep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, _ := json.Marshal(tc.args)
-			res, err := s.search(context.Background(), raw, nil, nil)
+			res, err := s.Search(context.Background(), raw, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package server
+package archive
 
 import (
 	"archive/tar"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // The checks of tar.in on what an entry is called and what it points at.
@@ -39,7 +40,7 @@ func (x *extraction) linkTarget(hdr *tar.Header) (string, error) {
 	if err != nil {
 		return "", agent.Errorf(agent.CodeTraversal, hdr.Name, "hard link target %q is outside the workspace", hdr.Linkname)
 	}
-	if err := checkGuard(x.g, false, path.Join(x.base.rel, target), path.Join(x.base.real, target)); err != nil {
+	if err := fs.CheckGuard(x.g, false, path.Join(x.base.Rel, target), path.Join(x.base.Real, target)); err != nil {
 		return "", entryDenied(hdr.Name, "hard link target", err)
 	}
 	if x.kinds[target] != kindFile {
@@ -55,7 +56,7 @@ func (x *extraction) symlinkTarget(hdr *tar.Header, real string) error {
 	if link == "" || strings.ContainsRune(link, 0) {
 		return agent.Errorf(agent.CodeInvalid, hdr.Name, "bad symlink target %q", link)
 	}
-	dir := x.s.ws.dir
+	dir := x.h.WS.Dir()
 	var t string
 	if path.IsAbs(link) {
 		c := path.Clean(link)
@@ -72,7 +73,7 @@ func (x *extraction) symlinkTarget(hdr *tar.Header, real string) error {
 			return agent.Errorf(agent.CodeTraversal, hdr.Name, "symlink target %q is outside the workspace", link)
 		}
 	}
-	if err := checkGuard(x.g, false, t); err != nil {
+	if err := fs.CheckGuard(x.g, false, t); err != nil {
 		return entryDenied(hdr.Name, "symlink target", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package server
+package fs
 
 import (
 	"context"
@@ -7,18 +7,19 @@ import (
 	"io/fs"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"golang.org/x/sys/unix"
 )
 
 // maxCheckPaths bounds one check call.
 const maxCheckPaths = 100_000
 
-// check answers which paths the guard refuses to show (agent.CheckArgs): the host runs
+// Check answers which paths the guard refuses to show (agent.CheckArgs): the host runs
 // git's name listing first, asks here, and excludes what is refused where git produces
 // its output.
-func (s *Server) check(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+func (h *Handlers) Check(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.CheckArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if len(a.Paths) > maxCheckPaths {
@@ -29,18 +30,18 @@ func (s *Server) check(ctx context.Context, args json.RawMessage, _ []byte, _ *r
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if s.refused(p, &a) {
+		if h.refused(p, &a) {
 			res.Refused = append(res.Refused, p)
 		}
 	}
 	return res, nil
 }
 
-func (s *Server) refused(p string, a *agent.CheckArgs) bool {
+func (h *Handlers) refused(p string, a *agent.CheckArgs) bool {
 	if a.Guard == nil {
 		return false
 	}
-	t, err := s.ws.open(p, a.Guard, false)
+	t, err := h.WS.Open(p, a.Guard, false)
 	if err != nil {
 		var we *agent.WireError
 		// A name that does not resolve (a parent is a file now, a dangling link) is judged
@@ -50,11 +51,11 @@ func (s *Server) refused(p string, a *agent.CheckArgs) bool {
 		}
 		return a.Guard.Check(p) != nil
 	}
-	if !denies(a.Guard) {
+	if !Denies(a.Guard) {
 		return false
 	}
 	var st unix.Stat_t
-	f, err := s.ws.openReal(t.real, unix.O_PATH, 0)
+	f, err := h.WS.OpenReal(t.Real, unix.O_PATH, 0)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist) // swapped while checking: refuse
 	}

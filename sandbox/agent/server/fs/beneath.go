@@ -1,4 +1,4 @@
-package server
+package fs
 
 import (
 	"errors"
@@ -31,15 +31,15 @@ const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESO
 // checked again before the call fails.
 const swapRetries = 3
 
-// noOpenat2 forces the component-by-component fallback (tests; kernels before 5.6, or
+// NoOpenat2 forces the component-by-component fallback (tests; kernels before 5.6, or
 // a seccomp profile without openat2).
-var noOpenat2 atomic.Bool
+var NoOpenat2 atomic.Bool
 
-// openReal opens real, a resolved workspace-relative path, beneath the workspace root
+// OpenReal opens real, a resolved workspace-relative path, beneath the workspace root
 // without following any symlink on the way or at the end.
-func (w *workspace) openReal(real string, flags int, mode uint32) (*os.File, error) {
+func (w *Workspace) OpenReal(real string, flags int, mode uint32) (*os.File, error) {
 	flags |= unix.O_CLOEXEC
-	if !noOpenat2.Load() {
+	if !NoOpenat2.Load() {
 		fd, err := unix.Openat2(w.fd, real, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolveFlags})
 		for err == unix.EINTR || err == unix.EAGAIN {
 			fd, err = unix.Openat2(w.fd, real, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: resolveFlags})
@@ -50,14 +50,14 @@ func (w *workspace) openReal(real string, flags int, mode uint32) (*os.File, err
 			}
 			return os.NewFile(uintptr(fd), filepath.Join(w.dir, real)), nil
 		}
-		noOpenat2.Store(true) // seccomp or an old kernel: fall back for good
+		NoOpenat2.Store(true) // seccomp or an old kernel: fall back for good
 	}
 	return w.openWalk(real, flags, mode)
 }
 
-// openWalk is openReal's fallback: each directory is opened O_NOFOLLOW relative to the
+// openWalk is OpenReal's fallback: each directory is opened O_NOFOLLOW relative to the
 // previous one, so a symlink anywhere fails with ELOOP (or ENOTDIR) as openat2 would.
-func (w *workspace) openWalk(real string, flags int, mode uint32) (*os.File, error) {
+func (w *Workspace) openWalk(real string, flags int, mode uint32) (*os.File, error) {
 	dir, err := unix.Dup(w.fd)
 	if err != nil {
 		return nil, err
@@ -93,27 +93,27 @@ func (w *workspace) openWalk(real string, flags int, mode uint32) (*os.File, err
 // the path was checked.
 func swapped(err error) bool { return errors.Is(err, unix.ELOOP) }
 
-// openChecked resolves p, checks the guard on the asked and the resolved path, and opens
+// OpenChecked resolves p, checks the guard on the asked and the resolved path, and opens
 // the resolved path with flags without following any link, retrying when the path changed
 // in between. A regular file with more than one link is refused where the guard denies
-// anything (see checkLinks).
-func (w *workspace) openChecked(p string, g *guard.Guard, write bool, flags int, mode uint32) (target, *os.File, error) {
+// anything (see CheckLinks).
+func (w *Workspace) OpenChecked(p string, g *guard.Guard, write bool, flags int, mode uint32) (Target, *os.File, error) {
 	for try := 0; ; try++ {
-		t, err := w.open(p, g, write)
+		t, err := w.Open(p, g, write)
 		if err != nil {
-			return target{}, nil, err
+			return Target{}, nil, err
 		}
-		f, err := w.openReal(t.real, flags, mode)
+		f, err := w.OpenReal(t.Real, flags, mode)
 		if swapped(err) && try < swapRetries {
 			continue
 		}
 		if swapped(err) {
-			return t, nil, agent.Errorf(agent.CodeDenied, t.rel, "the path keeps changing while it is opened (a symlink was swapped in)")
+			return t, nil, agent.Errorf(agent.CodeDenied, t.Rel, "the path keeps changing while it is opened (a symlink was swapped in)")
 		}
 		if err != nil {
 			return t, nil, err
 		}
-		if err := checkLinks(f, g, t.rel); err != nil {
+		if err := CheckLinks(f, g, t.Rel); err != nil {
 			f.Close()
 			return t, nil, err
 		}
@@ -121,19 +121,19 @@ func (w *workspace) openChecked(p string, g *guard.Guard, write bool, flags int,
 	}
 }
 
-// openParent opens the directory that will hold t.real's last component, creating it
+// OpenParent opens the directory that will hold t.Real's last component, creating it
 // (and its parents) when mkdirs is set, without following any link. It returns the
 // directory and the entry's name in it.
-func (w *workspace) openParent(t target, mkdirs bool) (*os.File, string, error) {
-	dir, base := path.Dir(t.real), path.Base(t.real)
+func (w *Workspace) OpenParent(t Target, mkdirs bool) (*os.File, string, error) {
+	dir, base := path.Dir(t.Real), path.Base(t.Real)
 	if mkdirs {
-		if err := w.mkdirAll(dir); err != nil {
+		if err := w.MkdirAll(dir); err != nil {
 			return nil, "", err
 		}
 	}
-	d, err := w.openReal(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	d, err := w.OpenReal(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", agent.Errorf(agent.CodeNotFound, path.Dir(t.rel), "parent directory does not exist")
+		return nil, "", agent.Errorf(agent.CodeNotFound, path.Dir(t.Rel), "parent directory does not exist")
 	}
 	if err != nil {
 		return nil, "", err
@@ -141,14 +141,14 @@ func (w *workspace) openParent(t target, mkdirs bool) (*os.File, string, error) 
 	return d, base, nil
 }
 
-// mkdirAll creates real and its missing parents one component at a time, each relative
+// MkdirAll creates real and its missing parents one component at a time, each relative
 // to its parent opened without following links: a directory swapped for a symlink fails
 // instead of being created through.
-func (w *workspace) mkdirAll(real string) error {
+func (w *Workspace) MkdirAll(real string) error {
 	if real == "." {
 		return nil
 	}
-	d, err := w.openReal(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	d, err := w.OpenReal(".", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
@@ -171,13 +171,13 @@ func (w *workspace) mkdirAll(real string) error {
 	return nil
 }
 
-// checkLinks refuses a regular file with more than one link when the guard denies
+// CheckLinks refuses a regular file with more than one link when the guard denies
 // anything. A hard link is the same file under a second name: `ln .env notes.txt` would
 // otherwise hand out .env's inode under an allowed name. Finding a link's other names
 // takes a walk of the whole workspace, and an inode's set of names can change between
 // that walk and the open, so the rule is decided on the open file alone: where the
 // policy denies paths, multiply-linked files are denied under every name.
-func checkLinks(f *os.File, g *guard.Guard, rel string) error {
+func CheckLinks(f *os.File, g *guard.Guard, rel string) error {
 	if g == nil || len(g.Deny) == 0 {
 		return nil
 	}
@@ -188,7 +188,7 @@ func checkLinks(f *os.File, g *guard.Guard, rel string) error {
 	return linkRule(&st, rel)
 }
 
-// linkRule is checkLinks on a stat result.
+// linkRule is CheckLinks on a stat result.
 func linkRule(st *unix.Stat_t, rel string) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
 		return &agent.WireError{Code: agent.CodeDenied, Path: rel, Rule: guard.RuleDenied,
@@ -197,5 +197,5 @@ func linkRule(st *unix.Stat_t, rel string) error {
 	return nil
 }
 
-// denies reports whether the guard denies anything, which turns on the hard-link rule.
-func denies(g *guard.Guard) bool { return g != nil && len(g.Deny) > 0 }
+// Denies reports whether the guard denies anything, which turns on the hard-link rule.
+func Denies(g *guard.Guard) bool { return g != nil && len(g.Deny) > 0 }

@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"golang.org/x/sys/unix"
 )
 
-func (s *Server) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
-	data, err := s.ws.root.ReadFile(path.Join(realDir, ".gitignore"))
+func (h *Handler) loadIgnore(rules ignoreRules, realDir string) ignoreRules {
+	data, err := h.WS.Root().ReadFile(path.Join(realDir, ".gitignore"))
 	if err != nil {
 		return rules
 	}
@@ -91,11 +92,11 @@ func (q *dirQueue) done() {
 // never .git, symlinks are not followed, .gitignore'd and guard-denied paths are
 // skipped, dot-files only with a.Hidden, only files matching a.Globs when set, binaries
 // (a NUL byte in the first 8 KiB) and files over a.MaxFileSize skipped, and where the
-// guard denies anything, files with more than one link (see checkLinks). Workers run
+// guard denies anything, files with more than one link (see fs.CheckLinks). Workers run
 // on every core, one directory at a time. It returns how many files were searched.
-func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, visit func(w *searchWorker, rel string, buf []byte)) (int, error) {
+func (h *Handler) walkSearch(ctx context.Context, t fs.Target, a *agent.SearchArgs, visit func(w *searchWorker, rel string, buf []byte)) (int, error) {
 	// Opened without following links: what is searched is the path that was checked.
-	top, err := s.ws.openReal(t.real, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	top, err := h.WS.OpenReal(t.Real, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -109,13 +110,13 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 		if !fi.Mode().IsRegular() {
 			return 0, nil
 		}
-		if err := checkLinks(top, a.Guard, t.rel); err != nil {
+		if err := fs.CheckLinks(top, a.Guard, t.Rel); err != nil {
 			return 0, err
 		}
 		w := getWorker()
 		defer putWorker(w)
 		if buf, ok := w.readFd(int(top.Fd()), a.MaxFileSize, false); ok {
-			visit(w, t.rel, buf)
+			visit(w, t.Rel, buf)
 			return 1, nil
 		}
 		return 0, nil
@@ -126,20 +127,20 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 		return 0, err
 	}
 	var rules ignoreRules
-	if !a.NoIgnore && t.real != "." {
+	if !a.NoIgnore && t.Real != "." {
 		// .gitignore files above the start directory count too.
 		var chain []string
-		for dir := t.real; dir != "."; {
+		for dir := t.Real; dir != "."; {
 			dir = path.Dir(dir)
 			chain = append([]string{dir}, chain...)
 		}
 		for _, d := range chain {
-			rules = s.loadIgnore(rules, d)
+			rules = h.loadIgnore(rules, d)
 		}
 	}
 	q := &dirQueue{}
 	q.cond = sync.NewCond(&q.mu)
-	q.push(dirJob{real: t.real, rel: t.rel, rules: rules, dir: topfd})
+	q.push(dirJob{real: t.Real, rel: t.Rel, rules: rules, dir: topfd})
 	var scanned atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
@@ -156,7 +157,7 @@ func (s *Server) walkSearch(ctx context.Context, t target, a *agent.SearchArgs, 
 					return
 				}
 				if ctx.Err() == nil {
-					n, err := s.searchDir(ctx, j, a, q, w, visit)
+					n, err := h.searchDir(ctx, j, a, q, w, visit)
 					scanned.Add(int64(n))
 					if err != nil {
 						errOnce.Do(func() { firstErr = err })
@@ -183,7 +184,7 @@ func joinRel(dir, name string) string {
 }
 
 // searchDir reads one directory, queues its subdirectories and searches its files.
-func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q *dirQueue, w *searchWorker, visit func(*searchWorker, string, []byte)) (int, error) {
+func (h *Handler) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q *dirQueue, w *searchWorker, visit func(*searchWorker, string, []byte)) (int, error) {
 	if err := w.readDirents(j.dir); err != nil {
 		return 0, nil // unreadable directories are skipped, as grep -r does
 	}
@@ -195,7 +196,7 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 			}
 		}
 	}
-	noLinks := denies(a.Guard)
+	noLinks := fs.Denies(a.Guard)
 	n := 0
 	for _, e := range w.ents {
 		if ctx.Err() != nil {
@@ -214,7 +215,7 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 		if j.real != j.rel {
 			childReal = joinRel(j.real, name)
 		}
-		if isStaging(childReal) {
+		if fs.IsStaging(childReal) {
 			continue // an upload in progress
 		}
 		if len(j.rules) > 0 && j.rules.ignored(childReal, isDir) {
@@ -235,7 +236,7 @@ func (s *Server) searchDir(ctx context.Context, j dirJob, a *agent.SearchArgs, q
 		}
 		// One path component, relative to a directory opened through the root, without
 		// following a symlink: nothing can lead outside the workspace. A file with more
-		// than one link may be a denied file under another name (see checkLinks).
+		// than one link may be a denied file under another name (see fs.CheckLinks).
 		buf, ok := w.readFileAt(j.dir, name, a.MaxFileSize, noLinks)
 		if !ok {
 			continue

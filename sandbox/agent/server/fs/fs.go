@@ -1,15 +1,21 @@
-package server
+// Package fs serves the file operations of package agent (stat, read, write, remove,
+// rename, mkdir, list, check) and holds the Workspace they and every other operation
+// resolve paths beneath.
+//
+// Every path is resolved beneath the workspace through an os.Root, so no spelling and no
+// symlink can reach outside it; the optional guard of each request is checked again on
+// the symlink-resolved path.
+package fs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
@@ -19,14 +25,15 @@ import (
 // maxLinks bounds symlink hops while resolving one path, as the kernel does (ELOOP).
 const maxLinks = 40
 
-// workspace is the directory every path is resolved beneath.
-type workspace struct {
+// Workspace is the directory every path is resolved beneath.
+type Workspace struct {
 	dir  string   // absolute, e.g. /workspace
 	root *os.Root // all I/O goes through it: nothing can escape dir
-	fd   int      // dir opened O_PATH: the base of openReal (see beneath.go)
+	fd   int      // dir opened O_PATH: the base of OpenReal (see beneath.go)
 }
 
-func openWorkspace(dir string) (*workspace, error) {
+// OpenWorkspace opens dir as a Workspace.
+func OpenWorkspace(dir string) (*Workspace, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", dir, err)
@@ -36,12 +43,31 @@ func openWorkspace(dir string) (*workspace, error) {
 		root.Close()
 		return nil, fmt.Errorf("open workspace %s: %w", dir, err)
 	}
-	return &workspace{dir: path.Clean(dir), root: root, fd: fd}, nil
+	return &Workspace{dir: path.Clean(dir), root: root, fd: fd}, nil
 }
 
-// clean turns a request path into a clean workspace-relative one ("." is the root).
+// FromFD makes a Workspace of dir, already open as fd (O_PATH), through /proc: a
+// workspace directory handed over by another process.
+func FromFD(dir string, fd int) (*Workspace, error) {
+	root, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return nil, err
+	}
+	return &Workspace{dir: path.Clean(dir), root: root, fd: fd}, nil
+}
+
+// Dir is the workspace directory, absolute and clean.
+func (w *Workspace) Dir() string { return w.dir }
+
+// Root is the os.Root all of the workspace's I/O goes through.
+func (w *Workspace) Root() *os.Root { return w.root }
+
+// FD is the workspace directory opened O_PATH.
+func (w *Workspace) FD() int { return w.fd }
+
+// Clean turns a request path into a clean workspace-relative one ("." is the root).
 // The host has normalised it already; the agent checks again and trusts nothing.
-func (w *workspace) clean(p string) (string, error) {
+func (w *Workspace) Clean(p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", agent.Errorf(agent.CodeTraversal, "", "path contains a NUL byte")
 	}
@@ -59,10 +85,10 @@ func (w *workspace) clean(p string) (string, error) {
 	return c, nil
 }
 
-// resolve follows every symlink in rel, component by component, and returns the real
+// Resolve follows every symlink in rel, component by component, and returns the real
 // workspace-relative path. A link that leads outside the workspace is a traversal. Missing
 // trailing components are kept as written, so a path about to be created resolves too.
-func (w *workspace) resolve(rel string) (string, error) {
+func (w *Workspace) Resolve(rel string) (string, error) {
 	var out []string
 	parts := strings.Split(rel, "/")
 	hops := 0
@@ -115,9 +141,9 @@ func (w *workspace) resolve(rel string) (string, error) {
 	return path.Join(out...), nil
 }
 
-// readDir lists a directory (resolved, real path) sorted by name.
-func (w *workspace) readDir(real string) ([]fs.DirEntry, error) {
-	d, err := w.openReal(real, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+// ReadDir lists a directory (resolved, real path) sorted by name.
+func (w *Workspace) ReadDir(real string) ([]fs.DirEntry, error) {
+	d, err := w.OpenReal(real, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,51 +153,53 @@ func (w *workspace) readDir(real string) ([]fs.DirEntry, error) {
 	return ents, err
 }
 
-// target is a request path checked and resolved for an operation.
-type target struct {
-	rel  string // as asked, cleaned
-	real string // symlink-resolved
+// Target is a request path checked and resolved for an operation.
+type Target struct {
+	Rel  string // as asked, cleaned
+	Real string // symlink-resolved
 }
 
-// open resolves p fully (following a final symlink) and checks the guard on both the
+// Open resolves p fully (following a final symlink) and checks the guard on both the
 // asked and the resolved path. write selects the guard's write rules.
-func (w *workspace) open(p string, g *guard.Guard, write bool) (target, error) {
-	rel, err := w.clean(p)
+func (w *Workspace) Open(p string, g *guard.Guard, write bool) (Target, error) {
+	rel, err := w.Clean(p)
 	if err != nil {
-		return target{}, err
+		return Target{}, err
 	}
-	real, err := w.resolve(rel)
+	real, err := w.Resolve(rel)
 	if err != nil {
-		return target{}, err
+		return Target{}, err
 	}
-	if err := checkGuard(g, write, rel, real); err != nil {
-		return target{}, err
+	if err := CheckGuard(g, write, rel, real); err != nil {
+		return Target{}, err
 	}
-	return target{rel: rel, real: real}, nil
+	return Target{Rel: rel, Real: real}, nil
 }
 
-// entry resolves p's parent but not its last component, for operations that act on a
+// Entry resolves p's parent but not its last component, for operations that act on a
 // directory entry itself (remove, rename): removing a symlink removes the link.
-func (w *workspace) entry(p string, g *guard.Guard) (target, error) {
-	rel, err := w.clean(p)
+func (w *Workspace) Entry(p string, g *guard.Guard) (Target, error) {
+	rel, err := w.Clean(p)
 	if err != nil {
-		return target{}, err
+		return Target{}, err
 	}
 	if rel == "." {
-		return target{}, agent.Errorf(agent.CodeInvalid, rel, "the workspace root itself cannot be removed or moved")
+		return Target{}, agent.Errorf(agent.CodeInvalid, rel, "the workspace root itself cannot be removed or moved")
 	}
-	dir, err := w.resolve(path.Dir(rel))
+	dir, err := w.Resolve(path.Dir(rel))
 	if err != nil {
-		return target{}, err
+		return Target{}, err
 	}
 	real := path.Join(dir, path.Base(rel))
-	if err := checkGuard(g, true, rel, real); err != nil {
-		return target{}, err
+	if err := CheckGuard(g, true, rel, real); err != nil {
+		return Target{}, err
 	}
-	return target{rel: rel, real: real}, nil
+	return Target{Rel: rel, Real: real}, nil
 }
 
-func checkGuard(g *guard.Guard, write bool, paths ...string) error {
+// CheckGuard checks each path against the guard, under its write rules when write is
+// set; a nil guard allows everything.
+func CheckGuard(g *guard.Guard, write bool, paths ...string) error {
 	if g == nil {
 		return nil
 	}
@@ -187,43 +215,4 @@ func checkGuard(g *guard.Guard, write bool, paths ...string) error {
 		}
 	}
 	return nil
-}
-
-// wireError turns any error into the wire form with a stable code. Causes of internal
-// errors are kept in the message: the host decides what its own clients may see.
-func wireError(err error) *agent.WireError {
-	var we *agent.WireError
-	if errors.As(err, &we) {
-		return we
-	}
-	var d *guard.Denied
-	if errors.As(err, &d) {
-		return &agent.WireError{Code: agent.CodeDenied, Path: d.Path, Rule: d.Rule, Message: "path not allowed by policy"}
-	}
-	code := agent.CodeInternal
-	switch {
-	case errors.Is(err, guard.ErrBadPath):
-		code = agent.CodeTraversal
-	case errors.Is(err, fs.ErrNotExist):
-		code = agent.CodeNotFound
-	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which it also matches
-		code = agent.CodeNotEmpty
-	case errors.Is(err, fs.ErrExist):
-		code = agent.CodeExists
-	case errors.Is(err, syscall.ENOTDIR):
-		code = agent.CodeNotDir
-	case errors.Is(err, syscall.EISDIR):
-		code = agent.CodeIsDir
-	case errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		code = agent.CodeTooLarge
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		code = agent.CodeCanceled
-	}
-	we = &agent.WireError{Code: code, Message: err.Error()}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		we.Message = pe.Err.Error()
-		we.Path = pe.Path
-	}
-	return we
 }

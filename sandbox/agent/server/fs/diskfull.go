@@ -1,4 +1,4 @@
-package server
+package fs
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ const (
 // noSpace turns a write that ran out of room into an error that names the limit it hit.
 // The old file is whole: writes go to a temporary file that is renamed into place only
 // once it is complete, and removed when it is not.
-func (s *Server) noSpace(err error, path string, size int) error {
+func (h *Handlers) noSpace(err error, path string, size int) error {
 	switch {
 	case err == nil:
 		return nil
@@ -29,9 +29,9 @@ func (s *Server) noSpace(err error, path string, size int) error {
 			what = "the workspace's disk quota is used up"
 		}
 		var st unix.Statfs_t
-		if unix.Statfs(s.cfg.Root, &st) == nil && st.Blocks > 0 {
+		if unix.Statfs(h.WS.dir, &st) == nil && st.Blocks > 0 {
 			bs := uint64(st.Bsize)
-			what += fmt.Sprintf(" (%s: %d MiB, %d MiB free)", s.cfg.Root, st.Blocks*bs>>20, st.Bavail*bs>>20)
+			what += fmt.Sprintf(" (%s: %d MiB, %d MiB free)", h.WS.dir, st.Blocks*bs>>20, st.Bavail*bs>>20)
 		}
 		return &agent.WireError{Code: agent.CodeTooLarge, Path: path, Rule: RuleDisk,
 			Message: fmt.Sprintf("no space left to write %d bytes: %s; the file was left as it was. Delete files to make room, or ask for a larger diskMB limit", size, what)}

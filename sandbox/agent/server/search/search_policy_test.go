@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // policyTree is a workspace holding "needle" in every kind of file a search must and
@@ -53,10 +54,10 @@ func policyTree(t *testing.T) string {
 	return root
 }
 
-func searchPaths(t *testing.T, s *Server, a agent.SearchArgs) ([]string, error) {
+func searchPaths(t *testing.T, s *Handler, a agent.SearchArgs) ([]string, error) {
 	t.Helper()
 	raw, _ := json.Marshal(a)
-	res, err := s.search(context.Background(), raw, nil, nil)
+	res, err := s.Search(context.Background(), raw, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,8 @@ func searchPaths(t *testing.T, s *Server, a agent.SearchArgs) ([]string, error) 
 // link or a symlink), .gitignore'd paths, binaries, files over the size limit, FIFOs.
 func TestSearchPolicy(t *testing.T) {
 	root := policyTree(t)
-	s, err := New(Config{Root: root})
+	ws, err := fs.OpenWorkspace(root)
+	s := &Handler{WS: ws}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +140,13 @@ func TestSearchAnswerFits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "many.html"), []byte(strings.Repeat(line, 5000)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Root: root})
+	ws, err := fs.OpenWorkspace(root)
+	s := &Handler{WS: ws}
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(agent.SearchArgs{Query: "needle", MaxResults: 100000})
-	res, err := s.search(context.Background(), raw, nil, nil)
+	res, err := s.Search(context.Background(), raw, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,14 +161,5 @@ func TestSearchAnswerFits(t *testing.T) {
 	}
 	if r.Omitted != 5000-len(r.Matches) {
 		t.Errorf("omitted = %d with %d of 5000 matches kept, want %d", r.Omitted, len(r.Matches), 5000-len(r.Matches))
-	}
-}
-
-func TestJSONLen(t *testing.T) {
-	for _, s := range []string{"", "plain", `q"uote\back`, "tab\tnl\ncr\r", "\x00\x1f<>&", "é\u2028\u2029x", "bad\xff\xfeutf8", "日本語"} {
-		enc, _ := json.Marshal(s)
-		if got, want := jsonLen(s), len(enc)-2; got < want {
-			t.Errorf("jsonLen(%q) = %d, encoding/json makes %d", s, got, want)
-		}
 	}
 }

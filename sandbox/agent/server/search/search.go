@@ -1,4 +1,7 @@
-package server
+// Package search serves the search operation of package agent: a grep of the workspace,
+// beneath a Workspace and under the request's guard, that skips what .gitignore, the
+// guard and the binary check leave out.
+package search
 
 import (
 	"bytes"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // Search bounds.
@@ -23,14 +28,18 @@ const (
 	maxQueryLen       = 8 << 10
 )
 
+// Handler serves search on a workspace.
+type Handler struct{ WS *fs.Workspace }
+
 // matcher finds the next match in buf at or after from: start and end offsets, or -1.
 type matcher interface {
 	next(buf []byte, from int) (int, int)
 }
 
-func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Search finds a query in the workspace's files (agent.SearchArgs).
+func (h *Handler) Search(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.SearchArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if a.Query == "" {
@@ -57,7 +66,7 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	if a.Path == "" {
 		a.Path = "."
 	}
-	t, err := s.ws.open(a.Path, a.Guard, false)
+	t, err := h.WS.Open(a.Path, a.Guard, false)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +82,7 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	)
 	// Each worker searches whole directories: it opens the directory once through the
 	// workspace root, then each file relative to it (openat, O_NOFOLLOW).
-	scanned, walkErr := s.walkSearch(ctx, t, &a, func(w *searchWorker, rel string, buf []byte) {
+	scanned, walkErr := h.walkSearch(ctx, t, &a, func(w *searchWorker, rel string, buf []byte) {
 		hay := buf
 		if _, isLower := m.(*lowerMatcher); isLower {
 			w.low = lowerASCII(w.low, buf)
@@ -120,12 +129,12 @@ func (s *Server) search(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	return res, nil
 }
 
-// fitAnswer returns how many of ms fit one answer once encoded as JSON (answer.go).
+// fitAnswer returns how many of ms fit one answer once encoded as JSON (op.Budget).
 func fitAnswer(ms []agent.Match) int {
-	b := newBudget()
+	b := op.NewBudget()
 	for i, m := range ms {
 		// {"path":"","line":,"column":,"text":""}, with room for the numbers.
-		if !b.take(64 + jsonLen(m.Path) + jsonLen(m.Text)) {
+		if !b.Take(64 + op.JSONLen(m.Path) + op.JSONLen(m.Text)) {
 			return i
 		}
 	}

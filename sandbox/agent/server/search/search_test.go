@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // naive is the obviously-right search the fast paths must agree with: every line of
@@ -64,7 +65,8 @@ func TestSearchAgreesWithNaive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := New(Config{Root: root})
+	ws, err := fs.OpenWorkspace(root)
+	s := &Handler{WS: ws}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func TestSearchAgreesWithNaive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.args.Hidden = true
 			raw, _ := json.Marshal(tc.args)
-			res, err := s.search(context.Background(), raw, nil, nil)
+			res, err := s.Search(context.Background(), raw, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

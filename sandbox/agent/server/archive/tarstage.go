@@ -1,4 +1,4 @@
-package server
+package archive
 
 import (
 	"crypto/rand"
@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
 	"path"
-	"strings"
 	"sync"
+
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // The staging side of tar.in: the hidden directory an upload is extracted into, and the
@@ -19,18 +20,11 @@ import (
 // (by absolute path), so the sweep of stale ones never removes a live one.
 var activeStaging sync.Map
 
-// isStaging reports whether a workspace-relative real path is, or is inside, an upload's
-// staging directory. Tools should not show such paths.
-func isStaging(real string) bool {
-	first, _, _ := strings.Cut(real, "/")
-	return strings.HasPrefix(first, stagingPrefix)
-}
-
 // merge moves the staged tree src into dst (both workspace-relative real paths) by the
 // merge rules above. Parents go before their children, so nothing below dst is followed.
 func (x *extraction) merge(src, dst string) error {
-	root := x.s.ws.root
-	ents, err := x.s.ws.readDir(src)
+	root := x.h.WS.Root()
+	ents, err := x.h.WS.ReadDir(src)
 	if err != nil {
 		return err
 	}
@@ -44,7 +38,7 @@ func (x *extraction) merge(src, dst string) error {
 		}
 		fi, err := root.Lstat(d)
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, iofs.ErrNotExist):
 			err = root.Rename(s, d)
 		case err != nil:
 		case fi.IsDir():
@@ -63,33 +57,33 @@ func (x *extraction) merge(src, dst string) error {
 
 // newStaging creates a fresh staging directory at the workspace root, after removing
 // stale ones, and returns its name.
-func (s *Server) newStaging() (string, error) {
-	if ents, err := s.ws.readDir("."); err == nil {
+func (h *Handlers) newStaging() (string, error) {
+	if ents, err := h.WS.ReadDir("."); err == nil {
 		for _, e := range ents {
-			if !isStaging(e.Name()) {
+			if !fs.IsStaging(e.Name()) {
 				continue
 			}
-			if _, live := activeStaging.Load(path.Join(s.ws.dir, e.Name())); !live {
-				_ = s.ws.root.RemoveAll(e.Name())
+			if _, live := activeStaging.Load(path.Join(h.WS.Dir(), e.Name())); !live {
+				_ = h.WS.Root().RemoveAll(e.Name())
 			}
 		}
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	name := stagingPrefix + hex.EncodeToString(b[:])
-	activeStaging.Store(path.Join(s.ws.dir, name), struct{}{})
-	if err := s.ws.root.Mkdir(name, 0o700); err != nil {
-		activeStaging.Delete(path.Join(s.ws.dir, name))
+	name := fs.StagingPrefix + hex.EncodeToString(b[:])
+	activeStaging.Store(path.Join(h.WS.Dir(), name), struct{}{})
+	if err := h.WS.Root().Mkdir(name, 0o700); err != nil {
+		activeStaging.Delete(path.Join(h.WS.Dir(), name))
 		return "", fmt.Errorf("create staging directory: %w", err)
 	}
 	return name, nil
 }
 
-func (s *Server) dropStaging(name string) {
-	if err := s.ws.root.RemoveAll(name); err != nil {
-		s.log.Warn("staging directory not removed", "dir", name, "err", err)
+func (h *Handlers) dropStaging(name string) {
+	if err := h.WS.Root().RemoveAll(name); err != nil {
+		h.Log.Warn("staging directory not removed", "dir", name, "err", err)
 	}
-	activeStaging.Delete(path.Join(s.ws.dir, name))
+	activeStaging.Delete(path.Join(h.WS.Dir(), name))
 }
 
 // countingReader counts the bytes read through it.

@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"strings"

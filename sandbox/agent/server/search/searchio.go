@@ -1,10 +1,11 @@
-package server
+package search
 
 import (
 	"bytes"
 	"encoding/binary"
 	"sync"
 
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ type searchWorker struct {
 
 // keepBuffer is the largest file buffer a worker keeps between searches, so that a
 // search of a tree with a few big files does not allocate (and zero) them again; a
-// bigger one is dropped. An idle agent gives the pool back (idle.go).
+// bigger one is dropped. An idle agent gives the pool back (server/idle.go).
 const keepBuffer = 8 << 20
 
 // workers keeps searchWorkers between searches. The runtime empties a sync.Pool over two
@@ -116,7 +117,7 @@ const firstRead = 64 << 10
 // readFileAt opens name in the directory dirfd, without following a symlink, and reads
 // it into w.buf. ok is false for what a search skips: an entry that is not (or is no
 // longer) a regular file, a file over maxSize (0: no limit), a file with more than one
-// link when noLinks is set (see checkLinks), an unreadable file, and a binary (a NUL
+// link when noLinks is set (see fs.CheckLinks), an unreadable file, and a binary (a NUL
 // byte in its first 8 KiB).
 func (w *searchWorker) readFileAt(dirfd int, name string, maxSize int64, noLinks bool) ([]byte, bool) {
 	// O_NONBLOCK: a FIFO swapped in after the directory was read must not block the open.
@@ -164,15 +165,15 @@ func (w *searchWorker) readFd(fd int, maxSize int64, noLinks bool) ([]byte, bool
 			break // it shrank
 		}
 		got += n
-		if !sniffed && got >= min(size, binarySniff) {
-			if bytes.IndexByte(buf[:min(got, binarySniff)], 0) >= 0 {
+		if !sniffed && got >= min(size, fs.BinarySniff) {
+			if bytes.IndexByte(buf[:min(got, fs.BinarySniff)], 0) >= 0 {
 				return nil, false
 			}
 			sniffed = true
 		}
 	}
 	buf = buf[:got]
-	if !sniffed && bytes.IndexByte(buf[:min(got, binarySniff)], 0) >= 0 {
+	if !sniffed && bytes.IndexByte(buf[:min(got, fs.BinarySniff)], 0) >= 0 {
 		return nil, false
 	}
 	return buf, true

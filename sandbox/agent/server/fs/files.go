@@ -1,4 +1,4 @@
-package server
+package fs
 
 import (
 	"context"
@@ -15,13 +15,15 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"golang.org/x/sys/unix"
 )
 
-// binarySniff is how much of a file decides whether it is binary.
-const binarySniff = 8 << 10
+// BinarySniff is how much of a file decides whether it is binary.
+const BinarySniff = 8 << 10
 
-func fileInfo(rel string, fi fs.FileInfo) agent.FileInfo {
+// FileInfo describes the entry at rel.
+func FileInfo(rel string, fi fs.FileInfo) agent.FileInfo {
 	t := agent.TypeOther
 	switch {
 	case fi.Mode().IsRegular():
@@ -34,12 +36,13 @@ func fileInfo(rel string, fi fs.FileInfo) agent.FileInfo {
 	return agent.FileInfo{Name: path.Base(rel), Path: rel, Type: t, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MTime: fi.ModTime().UTC()}
 }
 
-func (s *Server) stat(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Stat describes one path (agent.StatArgs).
+func (h *Handlers) Stat(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.StatArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	t, f, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
+	t, f, err := h.WS.OpenChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +51,7 @@ func (s *Server) stat(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 	if err != nil {
 		return nil, err
 	}
-	return fileInfo(t.rel, fi), nil
+	return FileInfo(t.Rel, fi), nil
 }
 
 // isBinary reports whether a file's first bytes look binary: a NUL byte, or bytes that
@@ -67,16 +70,17 @@ func isBinary(head []byte) bool {
 	return true
 }
 
-func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
+// Read sends a file's content as data events (agent.ReadArgs).
+func (h *Handlers) Read(ctx context.Context, args json.RawMessage, _ []byte, r *op.Responder) (any, error) {
 	var a agent.ReadArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if a.Offset < 0 || a.Length < 0 {
 		return nil, agent.Errorf(agent.CodeInvalid, a.Path, "offset and length must not be negative")
 	}
 	// O_NONBLOCK: a FIFO planted in the workspace must not hang the read.
-	t, f, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	t, f, err := h.WS.OpenChecked(a.Path, a.Guard, false, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -86,13 +90,13 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 		return nil, err
 	}
 	if fi.IsDir() {
-		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+		return nil, agent.Errorf(agent.CodeIsDir, t.Rel, "is a directory")
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, agent.Errorf(agent.CodeInvalid, t.rel, "not a regular file")
+		return nil, agent.Errorf(agent.CodeInvalid, t.Rel, "not a regular file")
 	}
 	if a.MaxSize > 0 && fi.Size() > a.MaxSize {
-		return nil, agent.Errorf(agent.CodeTooLarge, t.rel, "file is %d bytes, the limit is %d", fi.Size(), a.MaxSize)
+		return nil, agent.Errorf(agent.CodeTooLarge, t.Rel, "file is %d bytes, the limit is %d", fi.Size(), a.MaxSize)
 	}
 	var src io.Reader = f
 	if a.Offset > 0 {
@@ -103,8 +107,8 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 	if a.Length > 0 {
 		src = io.LimitReader(f, a.Length)
 	}
-	res := agent.ReadResult{Info: fileInfo(t.rel, fi)}
-	h := sha256.New()
+	res := agent.ReadResult{Info: FileInfo(t.Rel, fi)}
+	sum := sha256.New()
 	buf := make([]byte, min(agent.ChunkSize, max(fi.Size()+1, 512)))
 	var head []byte
 	for {
@@ -114,13 +118,13 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 		n, rerr := io.ReadFull(src, buf)
 		if n > 0 {
 			chunk := buf[:n]
-			if len(head) < binarySniff {
-				head = append(head, chunk[:min(n, binarySniff-len(head))]...)
+			if len(head) < BinarySniff {
+				head = append(head, chunk[:min(n, BinarySniff-len(head))]...)
 			}
 			if a.Hash {
-				h.Write(chunk)
+				sum.Write(chunk)
 			}
-			if err := r.hold(agent.EventData, chunk); err != nil {
+			if err := r.Hold(agent.EventData, chunk); err != nil {
 				return nil, err
 			}
 			res.N += int64(n)
@@ -134,14 +138,15 @@ func (s *Server) read(ctx context.Context, args json.RawMessage, _ []byte, r *re
 	}
 	res.IsBinary = isBinary(head)
 	if a.Hash {
-		res.SHA256 = hex.EncodeToString(h.Sum(nil))
+		res.SHA256 = hex.EncodeToString(sum.Sum(nil))
 	}
 	return res, nil
 }
 
-func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _ *responder) (any, error) {
+// Write writes the body to a file (agent.WriteArgs).
+func (h *Handlers) Write(ctx context.Context, args json.RawMessage, body []byte, _ *op.Responder) (any, error) {
 	var a agent.WriteArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if a.MaxSize > 0 && int64(len(body)) > a.MaxSize {
@@ -152,7 +157,7 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 		mode = uint32(fs.FileMode(a.Mode).Perm())
 	}
 	for try := 0; ; try++ {
-		fi, err := s.writeOnce(&a, body, mode)
+		fi, err := h.writeOnce(&a, body, mode)
 		if swapped(err) && try < swapRetries {
 			continue // a directory or the file became a symlink after the check
 		}
@@ -160,9 +165,9 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 			return nil, agent.Errorf(agent.CodeDenied, a.Path, "the path keeps changing while it is written (a symlink was swapped in)")
 		}
 		if info, ok := fi.(agent.FileInfo); ok && err == nil {
-			s.lspWrote(info.Path, a.Guard, false) // a project's language server starts in the background (lsp.go)
+			h.wrote(info.Path, a.Guard, false)
 		}
-		return fi, s.noSpace(err, a.Path, len(body)) // diskfull.go
+		return fi, h.noSpace(err, a.Path, len(body)) // diskfull.go
 	}
 }
 
@@ -170,15 +175,15 @@ func (s *Server) write(ctx context.Context, args json.RawMessage, body []byte, _
 // without following links: the parent directory for an atomic write (a temp file, then
 // renameat within that directory), the file itself otherwise (truncated only after its
 // link count was checked, so a hard link to a denied file is never changed).
-func (s *Server) writeOnce(a *agent.WriteArgs, body []byte, mode uint32) (any, error) {
-	t, err := s.ws.open(a.Path, a.Guard, true)
+func (h *Handlers) writeOnce(a *agent.WriteArgs, body []byte, mode uint32) (any, error) {
+	t, err := h.WS.Open(a.Path, a.Guard, true)
 	if err != nil {
 		return nil, err
 	}
-	if t.real == "." {
-		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+	if t.Real == "." {
+		return nil, agent.Errorf(agent.CodeIsDir, t.Rel, "is a directory")
 	}
-	dir, base, err := s.ws.openParent(t, a.Mkdirs)
+	dir, base, err := h.WS.OpenParent(t, a.Mkdirs)
 	if err != nil {
 		return nil, err
 	}
@@ -187,21 +192,21 @@ func (s *Server) writeOnce(a *agent.WriteArgs, body []byte, mode uint32) (any, e
 	var st unix.Stat_t
 	switch err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return nil, agent.Errorf(agent.CodeIsDir, t.rel, "is a directory")
+		return nil, agent.Errorf(agent.CodeIsDir, t.Rel, "is a directory")
 	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return nil, &fs.PathError{Op: "write", Path: t.real, Err: unix.ELOOP} // swapped in after resolve
+		return nil, &fs.PathError{Op: "write", Path: t.Real, Err: unix.ELOOP} // swapped in after resolve
 	case err == nil:
 		mode = st.Mode & 0o777
 	case err != unix.ENOENT:
-		return nil, &fs.PathError{Op: "stat", Path: t.real, Err: err}
+		return nil, &fs.PathError{Op: "stat", Path: t.Real, Err: err}
 	case !a.Create:
-		return nil, agent.Errorf(agent.CodeNotFound, t.rel, "file does not exist")
+		return nil, agent.Errorf(agent.CodeNotFound, t.Rel, "file does not exist")
 	}
 	var f *os.File
 	if a.Atomic {
 		f, err = writeAtomicAt(dfd, base, body, mode)
 	} else {
-		f, err = writeInPlaceAt(dfd, base, body, mode, a.Guard, t.rel)
+		f, err = writeInPlaceAt(dfd, base, body, mode, a.Guard, t.Rel)
 	}
 	if err != nil {
 		return nil, err
@@ -211,7 +216,7 @@ func (s *Server) writeOnce(a *agent.WriteArgs, body []byte, mode uint32) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return fileInfo(t.rel, fi), nil
+	return FileInfo(t.Rel, fi), nil
 }
 
 // writeAtomicAt writes a temp file in the directory dfd and renames it over base, so a
@@ -259,7 +264,7 @@ func writeInPlaceAt(dfd int, base string, body []byte, mode uint32, g *guard.Gua
 	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		err = agent.Errorf(agent.CodeInvalid, rel, "not a regular file")
 	}
-	if err == nil && denies(g) {
+	if err == nil && Denies(g) {
 		err = linkRule(&st, rel)
 	}
 	if err == nil {
@@ -275,37 +280,38 @@ func writeInPlaceAt(dfd int, base string, body []byte, mode uint32, g *guard.Gua
 	return f, nil
 }
 
-func (s *Server) remove(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Remove removes a file or directory (agent.RemoveArgs).
+func (h *Handlers) Remove(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.RemoveArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	t, err := s.ws.entry(a.Path, a.Guard)
+	t, err := h.WS.Entry(a.Path, a.Guard)
 	if err != nil {
 		return nil, err
 	}
-	dir, base, err := s.ws.openParent(t, false)
+	dir, base, err := h.WS.OpenParent(t, false)
 	if err != nil {
 		return nil, err
 	}
 	defer dir.Close()
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(dir.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, &fs.PathError{Op: "remove", Path: t.rel, Err: err}
+		return nil, &fs.PathError{Op: "remove", Path: t.Rel, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, unlinkAt(dir, base, 0, t.rel)
+		return nil, unlinkAt(dir, base, 0, t.Rel)
 	}
 	if a.Recursive {
 		// The directory, as a root of its own: RemoveAll never follows a link out of it.
-		sub, err := os.OpenRoot(fdPath(dir))
+		sub, err := os.OpenRoot(FDPath(dir))
 		if err != nil {
 			return nil, err
 		}
 		defer sub.Close()
 		return nil, sub.RemoveAll(base)
 	}
-	return nil, unlinkAt(dir, base, unix.AT_REMOVEDIR, t.rel)
+	return nil, unlinkAt(dir, base, unix.AT_REMOVEDIR, t.Rel)
 }
 
 func unlinkAt(dir *os.File, base string, flags int, rel string) error {
@@ -315,32 +321,33 @@ func unlinkAt(dir *os.File, base string, flags int, rel string) error {
 	return nil
 }
 
-// fdPath names an open directory through /proc, so a path-based API starts exactly there.
-func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+// FDPath names an open directory through /proc, so a path-based API starts exactly there.
+func FDPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
-func (s *Server) rename(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Rename moves a file or directory (agent.RenameArgs).
+func (h *Handlers) Rename(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.RenameArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	from, err := s.ws.entry(a.From, a.Guard)
+	from, err := h.WS.Entry(a.From, a.Guard)
 	if err != nil {
 		return nil, err
 	}
-	to, err := s.ws.entry(a.To, a.Guard)
+	to, err := h.WS.Entry(a.To, a.Guard)
 	if err != nil {
 		return nil, err
 	}
-	fd, fbase, err := s.ws.openParent(from, false)
+	fd, fbase, err := h.WS.OpenParent(from, false)
 	if err != nil {
 		return nil, err
 	}
 	defer fd.Close()
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(fd.Fd()), fbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, &fs.PathError{Op: "rename", Path: from.rel, Err: err}
+		return nil, &fs.PathError{Op: "rename", Path: from.Rel, Err: err}
 	}
-	td, tbase, err := s.ws.openParent(to, a.Mkdirs)
+	td, tbase, err := h.WS.OpenParent(to, a.Mkdirs)
 	if err != nil {
 		return nil, err
 	}
@@ -351,30 +358,31 @@ func (s *Server) rename(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	}
 	if err := unix.Renameat2(int(fd.Fd()), fbase, int(td.Fd()), tbase, flags); err != nil {
 		if err == unix.EEXIST {
-			return nil, agent.Errorf(agent.CodeExists, to.rel, "destination exists")
+			return nil, agent.Errorf(agent.CodeExists, to.Rel, "destination exists")
 		}
-		return nil, &fs.PathError{Op: "rename", Path: to.rel, Err: err}
+		return nil, &fs.PathError{Op: "rename", Path: to.Rel, Err: err}
 	}
-	fi, err := os.Lstat(fdPath(td) + "/" + tbase)
+	fi, err := os.Lstat(FDPath(td) + "/" + tbase)
 	if err != nil {
 		return nil, err
 	}
-	return fileInfo(to.rel, fi), nil
+	return FileInfo(to.Rel, fi), nil
 }
 
-func (s *Server) mkdir(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Mkdir creates a directory and its parents (agent.MkdirArgs).
+func (h *Handlers) Mkdir(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.MkdirArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	t, err := s.ws.open(a.Path, a.Guard, true)
+	t, err := h.WS.Open(a.Path, a.Guard, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.ws.mkdirAll(t.real); err != nil {
+	if err := h.WS.MkdirAll(t.Real); err != nil {
 		return nil, err
 	}
-	f, err := s.ws.openReal(t.real, unix.O_PATH|unix.O_DIRECTORY, 0)
+	f, err := h.WS.OpenReal(t.Real, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -383,5 +391,5 @@ func (s *Server) mkdir(ctx context.Context, args json.RawMessage, _ []byte, _ *r
 	if err != nil {
 		return nil, err
 	}
-	return fileInfo(t.rel, fi), nil
+	return FileInfo(t.Rel, fi), nil
 }

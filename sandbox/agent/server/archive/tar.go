@@ -1,37 +1,54 @@
-package server
+// Package archive serves tar.out and tar.in of package agent: a directory of the
+// workspace streamed out as a tar archive, and an archive extracted into one, checked
+// whole before anything lands.
+package archive
 
 import (
 	"archive/tar"
 	"context"
 	"encoding/json"
 	"io"
-	"io/fs"
+	iofs "io/fs"
+	"log/slog"
 	"os"
 	"path"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"golang.org/x/sys/unix"
 )
 
+// Handlers serves the archive operations on a workspace.
+type Handlers struct {
+	WS  *fs.Workspace
+	Log *slog.Logger
+	// Wrote, if set, is told of each accepted upload (rel is the directory it went
+	// into), under the writer's guard. It must return at once.
+	Wrote func(rel string, g *guard.Guard, dir bool)
+}
+
 // eventWriter turns writes into data events, in chunks.
-type eventWriter struct{ r *responder }
+type eventWriter struct{ r *op.Responder }
 
 func (w eventWriter) Write(p []byte) (int, error) {
-	if err := w.r.event(agent.EventData, p); err != nil {
+	if err := w.r.Event(agent.EventData, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
+// TarOut streams a directory out as a tar archive in data events (agent.TarOutArgs).
+func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r *op.Responder) (any, error) {
 	var a agent.TarOutArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	if a.Path == "" {
 		a.Path = "."
 	}
-	t, err := s.ws.open(a.Path, a.Guard, false)
+	t, err := h.WS.Open(a.Path, a.Guard, false)
 	if err != nil {
 		return nil, err
 	}
@@ -42,16 +59,16 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		ents, err := s.ws.readDir(real)
+		ents, err := h.WS.ReadDir(real)
 		if err != nil {
 			return err
 		}
 		for _, e := range ents {
 			childReal, childName := path.Join(real, e.Name()), path.Join(name, e.Name())
-			if isStaging(childReal) {
+			if fs.IsStaging(childReal) {
 				continue // an upload in progress
 			}
-			if a.Guard != nil && (a.Guard.Check(childReal) != nil || a.Guard.Check(path.Join(t.rel, childName)) != nil) {
+			if a.Guard != nil && (a.Guard.Check(childReal) != nil || a.Guard.Check(path.Join(t.Rel, childName)) != nil) {
 				continue
 			}
 			fi, err := e.Info()
@@ -59,15 +76,15 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 				continue
 			}
 			link := ""
-			if fi.Mode()&fs.ModeSymlink != 0 {
-				link, _ = s.ws.root.Readlink(childReal)
+			if fi.Mode()&iofs.ModeSymlink != 0 {
+				link, _ = h.WS.Root().Readlink(childReal)
 			}
 			// A regular file is opened (without following links) before its header is
 			// written, and the header describes what was opened.
 			var f *os.File
 			if fi.Mode().IsRegular() {
-				f, err = s.ws.openReal(childReal, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-				if err == nil && checkLinks(f, a.Guard, childName) != nil {
+				f, err = h.WS.OpenReal(childReal, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+				if err == nil && fs.CheckLinks(f, a.Guard, childName) != nil {
 					f.Close()
 					continue // maybe a denied file under another name
 				}
@@ -113,7 +130,7 @@ func (s *Server) tarOut(ctx context.Context, args json.RawMessage, _ []byte, r *
 		}
 		return nil
 	}
-	if err := walk(t.real, "."); err != nil {
+	if err := walk(t.Real, "."); err != nil {
 		return nil, err
 	}
 	if err := tw.Close(); err != nil {

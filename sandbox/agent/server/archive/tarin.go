@@ -1,4 +1,4 @@
-package server
+package archive
 
 import (
 	"archive/tar"
@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"path"
 	"syscall"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // An upload (tar.in) is all or nothing. Every entry is validated as its header arrives,
@@ -36,10 +38,6 @@ import (
 // the workspace treats a multiply-linked file as denied wherever a rule denies anything.
 
 const (
-	// stagingPrefix names the staging directories at the workspace root. Archive entries
-	// may not use it, tar.out leaves such directories out, and stale ones (from an agent
-	// that died mid-upload) are removed by the next upload.
-	stagingPrefix = ".cws-staging-"
 	// maxTarEntries bounds the entries of one archive.
 	maxTarEntries = 1 << 20
 	// maxTarMeta bounds the bytes of an archive that are not file contents: headers, PAX
@@ -50,28 +48,31 @@ const (
 	maxTarTrailer = 1 << 20
 )
 
-func (s *Server) tarIn(ctx context.Context, args json.RawMessage, _ []byte, r *responder) (any, error) {
+// TarIn extracts the streamed archive into a directory (agent.TarInArgs).
+func (h *Handlers) TarIn(ctx context.Context, args json.RawMessage, _ []byte, r *op.Responder) (any, error) {
 	var a agent.TarInArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	if r.in == nil {
+	if r.In == nil {
 		return nil, agent.Errorf(agent.CodeInvalid, "", "tar.in needs a streamed body")
 	}
 	if a.Path == "" {
 		a.Path = "."
 	}
-	res, err := s.extract(ctx, a, &countingReader{r: r.in})
+	res, err := h.extract(ctx, a, &countingReader{r: r.In})
 	if err != nil {
 		// Stop reading: the rest of the body is discarded as it arrives, and the host stops
 		// sending when it gets our answer. Draining it could mean decompressing a bomb.
-		if c, ok := r.in.(interface{ CloseWithError(error) error }); ok {
+		if c, ok := r.In.(interface{ CloseWithError(error) error }); ok {
 			_ = c.CloseWithError(errors.New("tar.in refused the archive"))
 		}
 		return nil, err
 	}
-	if rel, err := s.ws.clean(a.Path); err == nil {
-		s.lspWrote(rel, a.Guard, true) // a project's language server starts in the background (lsp.go)
+	if rel, err := h.WS.Clean(a.Path); err == nil {
+		if h.Wrote != nil {
+			h.Wrote(rel, a.Guard, true)
+		}
 	}
 	return res, nil
 }
@@ -88,41 +89,41 @@ const (
 
 // extraction is one tar.in in progress.
 type extraction struct {
-	s       *Server
+	h       *Handlers
 	g       *guard.Guard
 	max     int64
-	base    target                 // the directory extracted into
-	stage   string                 // the staging directory, workspace-relative
-	kinds   map[string]entryKind   // archive paths (relative to base) seen so far
-	sizes   map[string]int64       // the regular files' sizes, for hard links
-	ws      map[string]fs.FileMode // what the workspace holds at archive paths; absent: modeAbsent
+	base    fs.Target                // the directory extracted into
+	stage   string                   // the staging directory, workspace-relative
+	kinds   map[string]entryKind     // archive paths (relative to base) seen so far
+	sizes   map[string]int64         // the regular files' sizes, for hard links
+	ws      map[string]iofs.FileMode // what the workspace holds at archive paths; absent: modeAbsent
 	entries int
 	content int64 // file contents read from the stream
 	res     agent.TarResult
 }
 
 // modeAbsent marks an archive path with nothing under it in the workspace.
-const modeAbsent = fs.ModeIrregular | fs.ModeTemporary
+const modeAbsent = iofs.ModeIrregular | iofs.ModeTemporary
 
-func (s *Server) extract(ctx context.Context, a agent.TarInArgs, in *countingReader) (agent.TarResult, error) {
-	base, err := s.ws.open(a.Path, a.Guard, true)
+func (h *Handlers) extract(ctx context.Context, a agent.TarInArgs, in *countingReader) (agent.TarResult, error) {
+	base, err := h.WS.Open(a.Path, a.Guard, true)
 	if err != nil {
 		return agent.TarResult{}, err
 	}
-	if isStaging(base.real) {
-		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.rel, "reserved path")
+	if fs.IsStaging(base.Real) {
+		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.Rel, "reserved path")
 	}
-	if fi, err := s.ws.root.Lstat(base.real); err == nil && !fi.IsDir() {
-		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.rel, "not a directory")
+	if fi, err := h.WS.Root().Lstat(base.Real); err == nil && !fi.IsDir() {
+		return agent.TarResult{}, agent.Errorf(agent.CodeInvalid, base.Rel, "not a directory")
 	}
-	stage, err := s.newStaging()
+	stage, err := h.newStaging()
 	if err != nil {
 		return agent.TarResult{}, err
 	}
-	defer s.dropStaging(stage)
+	defer h.dropStaging(stage)
 
-	x := &extraction{s: s, g: a.Guard, max: a.MaxBytes, base: base, stage: stage,
-		kinds: map[string]entryKind{}, sizes: map[string]int64{}, ws: map[string]fs.FileMode{}}
+	x := &extraction{h: h, g: a.Guard, max: a.MaxBytes, base: base, stage: stage,
+		kinds: map[string]entryKind{}, sizes: map[string]int64{}, ws: map[string]iofs.FileMode{}}
 	tr := tar.NewReader(in)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -152,10 +153,10 @@ func (s *Server) extract(ctx context.Context, a agent.TarInArgs, in *countingRea
 	if err := ctx.Err(); err != nil {
 		return agent.TarResult{}, err
 	}
-	if err := s.ws.root.MkdirAll(base.real, 0o755); err != nil {
+	if err := h.WS.Root().MkdirAll(base.Real, 0o755); err != nil {
 		return agent.TarResult{}, err
 	}
-	if err := x.merge(stage, base.real); err != nil {
+	if err := x.merge(stage, base.Real); err != nil {
 		return agent.TarResult{}, fmt.Errorf("apply the archive: %w", err)
 	}
 	return x.res, nil
@@ -179,8 +180,8 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 	if x.entries++; x.entries > maxTarEntries {
 		return agent.Errorf(agent.CodeTooLarge, hdr.Name, "archive holds more than %d entries", maxTarEntries)
 	}
-	rel, real := path.Join(x.base.rel, name), path.Join(x.base.real, name)
-	if isStaging(real) {
+	rel, real := path.Join(x.base.Rel, name), path.Join(x.base.Real, name)
+	if fs.IsStaging(real) {
 		return agent.Errorf(agent.CodeInvalid, hdr.Name, "reserved name")
 	}
 	if err := x.parents(hdr.Name, name); err != nil {
@@ -193,7 +194,7 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 	case seen && k != kindImplied:
 		return agent.Errorf(agent.CodeInvalid, hdr.Name, "duplicate entry")
 	}
-	if err := checkGuard(x.g, true, rel, real); err != nil {
+	if err := fs.CheckGuard(x.g, true, rel, real); err != nil {
 		return err
 	}
 	stage := path.Join(x.stage, name)
@@ -203,7 +204,7 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 			return err
 		}
 		x.kinds[name] = kindDir
-		if err := x.s.ws.root.MkdirAll(stage, 0o755); err != nil {
+		if err := x.h.WS.Root().MkdirAll(stage, 0o755); err != nil {
 			return x.stageErr(hdr.Name, err)
 		}
 		x.res.Dirs++
@@ -231,7 +232,7 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		if err := x.charge(hdr.Name, x.sizes[target]); err != nil {
 			return err
 		}
-		f, err := x.s.ws.root.Open(path.Join(x.stage, target))
+		f, err := x.h.WS.Root().Open(path.Join(x.stage, target))
 		if err != nil {
 			return x.stageErr(hdr.Name, err)
 		}
@@ -254,10 +255,10 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		if err := x.claimFile(hdr.Name, name); err != nil {
 			return err
 		}
-		if err := x.s.ws.root.MkdirAll(path.Dir(stage), 0o755); err != nil {
+		if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
 			return x.stageErr(hdr.Name, err)
 		}
-		if err := x.s.ws.root.Symlink(hdr.Linkname, stage); err != nil {
+		if err := x.h.WS.Root().Symlink(hdr.Linkname, stage); err != nil {
 			return x.stageErr(hdr.Name, err)
 		}
 		x.kinds[name] = kindSymlink
@@ -294,7 +295,7 @@ func (x *extraction) parents(entry, name string) error {
 
 // existing returns what the workspace holds at archive path p (modeAbsent if nothing),
 // without following symlinks, and remembers it.
-func (x *extraction) existing(p string) (fs.FileMode, error) {
+func (x *extraction) existing(p string) (iofs.FileMode, error) {
 	if m, ok := x.ws[p]; ok {
 		return m, nil
 	}
@@ -309,11 +310,11 @@ func (x *extraction) existing(p string) (fs.FileMode, error) {
 		}
 	}
 	m := modeAbsent
-	fi, err := x.s.ws.root.Lstat(path.Join(x.base.real, p))
+	fi, err := x.h.WS.Root().Lstat(path.Join(x.base.Real, p))
 	switch {
 	case err == nil:
 		m = fi.Mode()
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+	case errors.Is(err, iofs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 	default:
 		return 0, err
 	}
@@ -328,7 +329,7 @@ func (x *extraction) claimDir(p string) error {
 	if err != nil || m == modeAbsent || m.IsDir() {
 		return err
 	}
-	return checkGuard(x.g, true, path.Join(x.base.rel, p), path.Join(x.base.real, p))
+	return fs.CheckGuard(x.g, true, path.Join(x.base.Rel, p), path.Join(x.base.Real, p))
 }
 
 // claimFile makes name a file or link of the archive: it replaces what the workspace
@@ -339,7 +340,7 @@ func (x *extraction) claimFile(entry, name string) error {
 		return err
 	}
 	if m != modeAbsent && m.IsDir() {
-		return agent.Errorf(agent.CodeInvalid, entry, "the workspace has a directory at %s; the archive would replace it with a file", path.Join(x.base.rel, name))
+		return agent.Errorf(agent.CodeInvalid, entry, "the workspace has a directory at %s; the archive would replace it with a file", path.Join(x.base.Rel, name))
 	}
 	return nil
 }
@@ -355,10 +356,10 @@ func (x *extraction) charge(entry string, n int64) error {
 
 // writeFile stages a regular file from src.
 func (x *extraction) writeFile(entry, stage string, mode int64, src io.Reader) error {
-	if err := x.s.ws.root.MkdirAll(path.Dir(stage), 0o755); err != nil {
+	if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
 		return x.stageErr(entry, err)
 	}
-	f, err := x.s.ws.root.OpenFile(stage, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(mode).Perm()|0o600)
+	f, err := x.h.WS.Root().OpenFile(stage, os.O_WRONLY|os.O_CREATE|os.O_EXCL, iofs.FileMode(mode).Perm()|0o600)
 	if err != nil {
 		return x.stageErr(entry, err)
 	}
@@ -367,7 +368,7 @@ func (x *extraction) writeFile(entry, stage string, mode int64, src io.Reader) e
 		err = cerr
 	}
 	if err != nil {
-		var pe *fs.PathError
+		var pe *iofs.PathError
 		if errors.Is(err, context.Canceled) {
 			return err
 		}

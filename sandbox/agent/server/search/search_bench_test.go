@@ -1,4 +1,4 @@
-package server
+package search
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
+	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 )
 
 // BenchmarkSearchGoSrc searches the Go toolchain's source tree (a real 150 MB tree).
@@ -17,7 +18,8 @@ func BenchmarkSearchGoSrc(b *testing.B) {
 	if _, err := os.Stat(root); err != nil {
 		b.Skip("no GOROOT/src")
 	}
-	s, err := New(Config{Root: root})
+	ws, err := fs.OpenWorkspace(root)
+	s := &Handler{WS: ws}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func BenchmarkSearchGoSrc(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			raw, _ := json.Marshal(tc.args)
 			for b.Loop() {
-				res, err := s.search(context.Background(), raw, nil, nil)
+				res, err := s.Search(context.Background(), raw, nil, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,10 +1,14 @@
-package server
+// Package proc serves the background-process operations of package agent (proc.start,
+// proc.list, proc.output, proc.kill): commands prepared by package exec, handed to a
+// keeper (package keep) that holds them and their output.
+package proc
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"syscall"
 	"time"
@@ -12,16 +16,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/exec"
 	"github.com/cwsdev/cws/sandbox/agent/server/keep"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 )
 
 // maxRunning bounds the background processes one sandbox may run at once.
 const maxRunning = 64
 
-// keeper holds the background processes' output and state (package keep): a
+// Keeper holds the background processes' output and state (package keep): a
 // *keep.Client of a keeper process that outlives serve, or a *keep.Keeper in this
 // process's memory.
-type keeper interface {
+type Keeper interface {
 	Adopt(ctx context.Context, p keep.Proc, f keep.Files) (agent.ProcInfo, error)
 	Exited(ctx context.Context, id string, code int) error
 	List(ctx context.Context) ([]agent.ProcInfo, error)
@@ -30,31 +36,39 @@ type keeper interface {
 	Info(ctx context.Context, id string, wait time.Duration) (agent.ProcInfo, error)
 }
 
-// newKeeper keeps the processes in a keeper process when the agent has a directory
+// NewKeeper keeps the processes in a keeper process when the agent has a directory
 // for it and a binary to start it from (the launcher), so that they survive serve being
 // killed and restarted; else in memory, where they die with this process.
-func newKeeper(cfg Config) keeper {
-	if cfg.ProcDir != "" && cfg.Launcher != "" {
-		return keep.NewClient(cfg.ProcDir, cfg.Launcher, cfg.Log)
+func NewKeeper(dir, launcher string, log *slog.Logger) Keeper {
+	if dir != "" && launcher != "" {
+		return keep.NewClient(dir, launcher, log)
 	}
-	k, _ := keep.New("", cfg.Log) // in memory: it cannot fail
+	k, _ := keep.New("", log) // in memory: it cannot fail
 	return k
 }
 
-func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Handlers serves the background-process operations.
+type Handlers struct {
+	Keeper Keeper
+	Exec   *exec.Runner // prepares the commands
+	Log    *slog.Logger
+}
+
+// Start starts a background process (agent.ProcStartArgs).
+func (h *Handlers) Start(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.ProcStartArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	running, err := s.procs.Running(ctx)
+	running, err := h.Keeper.Running(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if running >= maxRunning {
 		return nil, agent.Errorf(agent.CodeTooLarge, "", "%d background processes are running, the limit is %d: kill one first", running, maxRunning)
 	}
-	cmd, err := s.command(a.Argv, a.Cwd, a.Env, a.Guard, a.Launch)
-	var nf errNotFound
+	cmd, err := h.Exec.Command(a.Argv, a.Cwd, a.Env, a.Guard, a.Launch)
+	var nf exec.ErrNotFound
 	if errors.As(err, &nf) {
 		return nil, agent.Errorf(agent.CodeNotFound, "", "%s", nf.Error())
 	}
@@ -73,7 +87,7 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.start()
+	err = cmd.Start()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -84,8 +98,8 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 	pid := cmd.Process.Pid
 	started := time.Now().UTC()
 	// Once started, the process is kept even if the host gives up on this call.
-	pi, err := s.procs.Adopt(context.WithoutCancel(ctx),
-		keep.Proc{Argv: a.Argv, PID: pid, StartedAt: started, Unenforced: cmd.unenforced, OutputCap: outputLimit(a.OutputCap)},
+	pi, err := h.Keeper.Adopt(context.WithoutCancel(ctx),
+		keep.Proc{Argv: a.Argv, PID: pid, StartedAt: started, Unenforced: cmd.Unenforced, OutputCap: exec.OutputLimit(a.OutputCap)},
 		keep.Files{Stdout: outR, Stderr: errR, PIDFD: openPIDFD(pid)})
 	if err != nil {
 		// Nothing would read its output.
@@ -93,17 +107,17 @@ func (s *Server) procStart(ctx context.Context, args json.RawMessage, _ []byte, 
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("keep background process %s: %w", a.Argv[0], err)
 	}
-	go s.reap(cmd, pi.ID)
+	go h.reap(cmd, pi.ID)
 	return pi, nil
 }
 
 // reap waits for a process serve started and tells the keeper its exit code. A
 // process whose serve died first is reaped by init, which tells the keeper instead.
-func (s *Server) reap(cmd *prepared, id string) {
+func (h *Handlers) reap(cmd *exec.Prepared, id string) {
 	_ = cmd.Wait()
-	code, _ := exitStatus(cmd.Cmd, nil)
-	if err := s.procs.Exited(context.Background(), id, code); err != nil {
-		s.log.Warn("background process exit not kept", "id", id, "code", code, "err", err)
+	code, _ := exec.ExitStatus(cmd.Cmd, nil)
+	if err := h.Keeper.Exited(context.Background(), id, code); err != nil {
+		h.Log.Warn("background process exit not kept", "id", id, "code", code, "err", err)
 	}
 }
 
@@ -122,28 +136,31 @@ func openPIDFD(pid int) *os.File {
 	return os.NewFile(uintptr(fd), "pidfd")
 }
 
-func (s *Server) procList(ctx context.Context, _ json.RawMessage, _ []byte, _ *responder) (any, error) {
-	return s.procs.List(ctx)
+// List lists the background processes.
+func (h *Handlers) List(ctx context.Context, _ json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
+	return h.Keeper.List(ctx)
 }
 
-func (s *Server) procOutput(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Output reads a background process's output (agent.ProcOutputArgs).
+func (h *Handlers) Output(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.ProcOutputArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	return s.procs.Output(ctx, a)
+	return h.Keeper.Output(ctx, a)
 }
 
-func (s *Server) procKill(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// Kill stops a background process's group (agent.ProcKillArgs).
+func (h *Handlers) Kill(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.ProcKillArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
-	p, err := s.procs.Info(ctx, a.ID, 0)
+	p, err := h.Keeper.Info(ctx, a.ID, 0)
 	if err != nil {
 		return nil, err
 	}
-	grace := defaultGrace
+	grace := exec.DefaultGrace
 	if a.GraceMS > 0 {
 		grace = time.Duration(a.GraceMS) * time.Millisecond
 	}
@@ -161,7 +178,7 @@ func (s *Server) procKill(ctx context.Context, args json.RawMessage, _ []byte, _
 			}
 			wait = time.Minute
 		}
-		if p, err = s.procs.Info(ctx, a.ID, wait); err != nil {
+		if p, err = h.Keeper.Info(ctx, a.ID, wait); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,4 @@
-package server
+package fs
 
 import (
 	"context"
@@ -8,15 +8,17 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"golang.org/x/sys/unix"
 )
 
-// defaultMaxEntries bounds a listing when the caller sets no limit.
-const defaultMaxEntries = 10000
+// DefaultMaxEntries bounds a listing when the caller sets no limit (ListArgs.MaxEntries).
+const DefaultMaxEntries = 10000
 
-func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *responder) (any, error) {
+// List lists a directory, recursively if asked (agent.ListArgs).
+func (h *Handlers) List(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.ListArgs
-	if err := decode(args, &a); err != nil {
+	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
 	for _, g := range a.Globs {
@@ -25,9 +27,9 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 		}
 	}
 	if a.MaxEntries <= 0 {
-		a.MaxEntries = defaultMaxEntries
+		a.MaxEntries = DefaultMaxEntries
 	}
-	t, d, err := s.ws.openChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
+	t, d, err := h.WS.OpenChecked(a.Path, a.Guard, false, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -37,10 +39,10 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 		return nil, err
 	}
 	if !fi.IsDir() {
-		return nil, agent.Errorf(agent.CodeNotDir, t.rel, "not a directory")
+		return nil, agent.Errorf(agent.CodeNotDir, t.Rel, "not a directory")
 	}
-	l := &lister{s: s, a: &a, b: newBudget(), res: agent.ListResult{Entries: []agent.FileInfo{}}}
-	if err := l.walk(ctx, t.real, t.rel); err != nil {
+	l := &lister{h: h, a: &a, b: op.NewBudget(), res: agent.ListResult{Entries: []agent.FileInfo{}}}
+	if err := l.walk(ctx, t.Real, t.Rel); err != nil {
 		return nil, err
 	}
 	return l.res, nil
@@ -48,9 +50,9 @@ func (s *Server) list(ctx context.Context, args json.RawMessage, _ []byte, _ *re
 
 // lister is one listing: the entries it keeps, and the ones it counts once full.
 type lister struct {
-	s       *Server
+	h       *Handlers
 	a       *agent.ListArgs
-	b       *budget
+	b       *op.Budget
 	res     agent.ListResult
 	counted int // entries looked at since the listing was full
 }
@@ -66,7 +68,7 @@ func (l *lister) walk(ctx context.Context, real, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ents, err := l.s.ws.readDir(real)
+	ents, err := l.h.WS.ReadDir(real)
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func (l *lister) walk(ctx context.Context, real, rel string) error {
 			}
 		}
 		childReal, childRel := path.Join(real, e.Name()), path.Join(rel, e.Name())
-		if isStaging(childReal) {
+		if IsStaging(childReal) {
 			continue // an upload in progress
 		}
 		if a.Guard != nil && (a.Guard.Check(childRel) != nil || a.Guard.Check(childReal) != nil) {
@@ -106,11 +108,11 @@ func (l *lister) add(e fs.DirEntry, childReal, childRel string) {
 	if err != nil {
 		return // vanished while listing
 	}
-	fe := fileInfo(childRel, info)
+	fe := FileInfo(childRel, info)
 	if fe.Type == agent.TypeSymlink {
-		fe.Target, _ = l.s.ws.root.Readlink(childReal)
+		fe.Target, _ = l.h.WS.root.Readlink(childReal)
 	}
-	if len(l.res.Entries) >= l.a.MaxEntries || !l.b.take(entryJSON+jsonLen(fe.Name)+jsonLen(fe.Path)+jsonLen(fe.Target)) {
+	if len(l.res.Entries) >= l.a.MaxEntries || !l.b.Take(entryJSON+op.JSONLen(fe.Name)+op.JSONLen(fe.Path)+op.JSONLen(fe.Target)) {
 		l.res.Truncated = true
 		l.res.Omitted++
 		return
