@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -142,6 +143,13 @@ func TestAgentOutOfReach(t *testing.T) {
 			}
 			if got["agent_uid"] == "1000" || got["agent_uid"] == "" {
 				t.Errorf("the agent runs as uid %q, the workspace user's", got["agent_uid"])
+			}
+
+			// Not even an operator's docker exec as the tool user carries the secret.
+			box := containerOf(t, onlySession(t, p, tok, "ivan").ID)
+			if out, err := exec.Command("docker", "exec", "-u", "1000", box, "python3", "-c", attackAgentPy).CombinedOutput(); err != nil ||
+				!strings.Contains(string(out), "secret_readable=0\n") {
+				t.Errorf("docker exec -u 1000 of the attacks: %v:\n%s", err, out)
 			}
 
 			// Nothing above touched the agent: the session goes on, and what the agent

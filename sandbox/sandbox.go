@@ -22,6 +22,10 @@ const (
 	// LabelSocketDir names the container's agent socket directory under the driver's
 	// socket dir: random at create, never derived from the session.
 	LabelSocketDir = "cws.sockdir"
+	// LabelSecret holds the secret of the container's agent socket (hex), for cws's
+	// eyes only: labels never reach the container. The agent gets it from a file in its
+	// socket directory (see sandbox/agent.SecretFile), never from its environment.
+	LabelSecret = "cws.agentsecret"
 )
 
 // Errors drivers return, wrapped with context. Compare with errors.Is.

@@ -59,6 +59,11 @@ func runInit(args []string) error {
 			}
 			separate = true
 		}
+		if secret, err := takeSecret(au, ag); err != nil {
+			return err
+		} else if secret != "" {
+			os.Setenv(agent.EnvSecret, secret) // for serve: only the agent uid reads its environment
+		}
 		if err := prepareAgentDirs(au, ag); err != nil {
 			return err
 		}
@@ -138,6 +143,33 @@ func prepareAgentDirs(uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// takeSecret reads the socket's secret that the host left in the socket directory
+// (agent.SecretFile), as root, and leaves the file to the agent uid alone (0400), for
+// the next start of the container. Root holds CHOWN but not DAC_OVERRIDE, so it takes
+// the file first when the host's cws is not root. No secret file: the exec path only,
+// or a container made by an older cws (its secret is in the environment).
+func takeSecret(uid, gid int) (string, error) {
+	p := filepath.Join(agent.RunDir, agent.SecretFile)
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", nil
+	}
+	if err := os.Lchown(p, 0, 0); err != nil {
+		return "", fmt.Errorf("agent secret: %w", err)
+	}
+	if err := os.Chmod(p, 0o400); err != nil {
+		return "", fmt.Errorf("agent secret: %w", err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("agent secret: %w", err)
+	}
+	if err := os.Lchown(p, uid, gid); err != nil {
+		return "", fmt.Errorf("agent secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // own sets a directory's owner and mode, refusing anything but a directory.

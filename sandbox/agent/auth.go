@@ -21,8 +21,12 @@ const (
 	RunDir = "/.cws-run"
 	// SocketName is the agent's socket in RunDir (and in the host's directory).
 	SocketName = "agent.sock"
-	// EnvSecret carries the per-container secret (hex) to the agent. The agent reads it
-	// and removes it from its environment; commands never see it.
+	// SecretFile, in RunDir, carries the per-container secret (hex) to the agent's init,
+	// which reads it while it is root and leaves it to the agent uid alone (0400).
+	SecretFile = "secret"
+	// EnvSecret carries the secret from init to serve (whose environment only the agent
+	// uid can read); serve removes it from its environment, and commands never see it.
+	// An older cws put it in the container's environment.
 	EnvSecret = "CWS_AGENT_SECRET"
 )
 

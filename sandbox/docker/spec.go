@@ -149,7 +149,8 @@ func env(spec sandbox.Spec) []string {
 }
 
 // containerConfig is the hardened container for spec. See DESIGN.md, "The sandbox".
-// On the socket path (ss.key set) it also mounts the container's socket directory,
+// On the socket path (ss.key set) it also mounts the container's socket directory
+// (where the agent finds its secret, agent.SecretFile),
 // gives the agent its secret, and records the directory in the cws.sockdir label.
 func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.Config, *container.HostConfig) {
 	lim := withDefaults(spec.Limits, d.defaults)
@@ -216,7 +217,7 @@ func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.
 		// nothing but the agent's socket (see sockdial.go for how cws dials it).
 		host.Mounts = append(host.Mounts, d.socketMount(ss.key))
 		cfg.Labels[sandbox.LabelSocketDir] = ss.key
-		cfg.Env = append(cfg.Env, agent.EnvSecret+"="+ss.secret)
+		cfg.Labels[sandbox.LabelSecret] = ss.secret // the agent reads it from its directory
 	}
 	return cfg, host
 }

@@ -144,7 +144,7 @@ func prepareSocketDir(dir string) error {
 // socketSetup is what Create adds to a container on the socket path.
 type socketSetup struct {
 	key    string // the directory's name under the socket dir (label cws.sockdir)
-	secret string // hex; the container's env agent.EnvSecret
+	secret string // hex; label cws.agentsecret, and agent.SecretFile in the directory
 }
 
 // newSocketDir makes a container's socket directory, writable by the agent's uid:gid
@@ -159,16 +159,22 @@ func (d *Driver) newSocketDir(user string) (socketSetup, error) {
 	_, _ = rand.Read(k[:])
 	_, _ = rand.Read(s[:])
 	ss := socketSetup{key: hex.EncodeToString(k[:]), secret: hex.EncodeToString(s[:])}
-	if err := d.makeSocketDir(ss.key, user); err != nil {
+	if err := d.makeSocketDir(ss.key, user, ss.secret); err != nil {
 		return socketSetup{}, err
 	}
 	return ss, nil
 }
 
-// makeSocketDir makes the socket directory named key for the agent's uid:gid user.
-func (d *Driver) makeSocketDir(key, user string) error {
+// makeSocketDir makes the socket directory named key for the agent's uid:gid user,
+// with the secret in it (agent.SecretFile, 0600: the agent's init, root, takes it
+// before any workspace process exists and leaves it to the agent uid alone).
+func (d *Driver) makeSocketDir(key, user, secret string) error {
 	dir := filepath.Join(d.socketDir, key)
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, agent.SecretFile), []byte(secret), 0o600); err != nil {
+		os.RemoveAll(dir)
 		return fmt.Errorf("socket directory: %w", err)
 	}
 	uid, gid := toolIDs(user)
@@ -201,7 +207,8 @@ func (d *Driver) restoreSocketDir(c container.InspectResponse) {
 		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
 		return
 	}
-	if err := d.makeSocketDir(key, agentUser(c)); err != nil {
+	ss, _ := socketOf(c.Config.Labels, c.Config.Env)
+	if err := d.makeSocketDir(key, agentUser(c), ss.secret); err != nil {
 		d.log.Warn("restore socket directory", "container", c.ID, "err", err)
 	}
 }
@@ -241,8 +248,9 @@ func toolIDs(user string) (int, int) {
 // created without the socket path (exec transport, or an older cws).
 func socketOf(labels map[string]string, env []string) (ss socketSetup, ok bool) {
 	ss.key = labels[sandbox.LabelSocketDir]
-	for _, e := range env {
-		if v, found := strings.CutPrefix(e, agent.EnvSecret+"="); found {
+	ss.secret = labels[sandbox.LabelSecret]
+	for _, e := range env { // a container made by an older cws
+		if v, found := strings.CutPrefix(e, agent.EnvSecret+"="); found && ss.secret == "" {
 			ss.secret = v
 		}
 	}
