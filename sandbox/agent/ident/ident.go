@@ -74,11 +74,12 @@ func Private(fn func() error) error {
 	defer func() {
 		syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(t.UID), 0, 0)
 		syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(t.GID), 0, 0)
-		if fsuid, fsgid := currentFS(); fsuid == t.UID && fsgid == t.GID {
-			runtime.UnlockOSThread()
+		if fsuid, fsgid := currentFS(); fsuid != t.UID || fsgid != t.GID {
+			// Never go on as the agent where the tool user is meant: the agent dies
+			// and init starts a fresh one.
+			panic("cws-agent: could not put the tool user's fs identity back")
 		}
-		// Otherwise the thread stays locked and dies with its goroutine: it is never
-		// reused with the wrong identity.
+		runtime.UnlockOSThread()
 	}()
 	return fn()
 }
