@@ -38,7 +38,7 @@ var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 func runInit(args []string) error {
 	uid, gid, err := parseUIDGID(os.Getenv("CWS_UID_GID"))
 	if err != nil {
-		return err
+		return fmt.Errorf("CWS_UID_GID: %w", err)
 	}
 	ws := os.Getenv("CWS_WORKSPACE")
 	if ws == "" {
@@ -52,7 +52,7 @@ func runInit(args []string) error {
 		au, ag := uid, gid
 		if s := os.Getenv(agent.EnvAgentUser); s != "" {
 			if au, ag, err = parseUIDGID(s); err != nil {
-				return err
+				return fmt.Errorf("%s: %w", agent.EnvAgentUser, err)
 			}
 			if au == uid || ag == gid {
 				return fmt.Errorf("%s=%q: the agent's uid and gid must differ from the tool's (%d:%d)", agent.EnvAgentUser, s, uid, gid)
@@ -315,7 +315,7 @@ func parseUIDGID(s string) (int, int, error) {
 	uid, err1 := strconv.Atoi(u)
 	gid, err2 := strconv.Atoi(g)
 	if err1 != nil || err2 != nil || uid <= 0 || gid <= 0 {
-		return 0, 0, fmt.Errorf("CWS_UID_GID=%q: want a non-root uid:gid such as 1000:1000", s)
+		return 0, 0, fmt.Errorf("uid:gid %q: want a non-root uid:gid such as 1000:1000", s)
 	}
 	return uid, gid, nil
 }
