@@ -61,7 +61,7 @@ func Diff(ctx context.Context, env tool.Env) (string, error) {
 		return "", err
 	}
 	git := func(_ context.Context, _ []byte, args ...string) (string, error) { return run(args...) }
-	specs, err := c.scopeSpecs(ctx, []string{"diff", "--cached", "--name-only", "-z", "--no-renames", base}, nil, git)
+	specs, _, err := c.scopeSpecs(ctx, []string{"diff", "--cached", "--name-only", "-z", "--no-renames", base}, nil, git)
 	if err != nil {
 		return "", err
 	}

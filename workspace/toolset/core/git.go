@@ -208,7 +208,7 @@ func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, erro
 		return nil, err
 	}
 	names := append(append([]string{"diff", "--name-only", "-z", "--no-renames"}, args[4:]...), "--end-of-options")
-	out, cut, err := c.gitScopedOut(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths)
+	out, cut, err := c.gitScopedOut(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths, true)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +332,7 @@ func gitShow(ctx context.Context, c *call, a *GitShowArgs) (*GitShowResult, erro
 	}
 	out, cut, err := c.gitScopedOut(ctx,
 		[]string{"show", "--no-color", "--format=", "--name-only", "-z", "--no-renames", "--end-of-options", ref},
-		[]string{"show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref}, nil)
+		[]string{"show", "--no-ext-diff", "--no-textconv", "--no-color", "--format=fuller", "--end-of-options", ref}, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -128,14 +129,16 @@ func expandBraces(p string) []string {
 // pathspecs. names is the same command listing names only (no contents); out is the
 // command itself. Both get "--" and the pathspecs appended.
 func (c *call) gitScoped(ctx context.Context, names, out []string, userPaths []string) (string, error) {
-	s, _, err := c.gitScopedOut(ctx, names, out, userPaths)
+	s, _, err := c.gitScopedOut(ctx, names, out, userPaths, false)
 	return s, err
 }
 
 // gitScopedOut is gitScoped, also saying whether the output was cut at maxGitOutput.
-func (c *call) gitScopedOut(ctx context.Context, names, out []string, userPaths []string) (string, bool, error) {
-	specs, err := c.scopeSpecs(ctx, names, userPaths, c.gitWhole)
-	if err != nil {
+// With emptyIfNone (a diff, which prints nothing for no names) a listing of no names is
+// the answer: out does not run.
+func (c *call) gitScopedOut(ctx context.Context, names, out []string, userPaths []string, emptyIfNone bool) (string, bool, error) {
+	specs, none, err := c.scopeSpecs(ctx, names, userPaths, c.gitWhole)
+	if err != nil || (none && emptyIfNone) {
 		return "", false, err
 	}
 	return c.gitOut(ctx, nil, append(append(out, "--"), specs...)...)
@@ -153,16 +156,17 @@ func (c *call) gitWhole(ctx context.Context, stdin []byte, args ...string) (stri
 }
 
 // scopeSpecs returns the pathspecs for a scoped git command: the guard's rules, plus a
-// literal exclude for every name git lists that the agent refuses.
+// literal exclude for every name git lists that the agent refuses. none says that git
+// listed no names; a guard that can refuse no name skips the listing (none is false).
 func (c *call) scopeSpecs(ctx context.Context, names []string, userPaths []string,
-	git func(ctx context.Context, stdin []byte, args ...string) (string, error)) ([]string, error) {
-	specs := pathspecs(c.guard, userPaths)
-	if c.guard == nil {
-		return specs, nil
+	git func(ctx context.Context, stdin []byte, args ...string) (string, error)) (specs []string, none bool, err error) {
+	specs = pathspecs(c.guard, userPaths)
+	if c.guard == nil || refusesNone(c.guard) {
+		return specs, false, nil
 	}
 	listed, err := git(ctx, nil, append(append(names, "--"), specs...)...)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var paths []string
 	seen := map[string]bool{}
@@ -174,20 +178,37 @@ func (c *call) scopeSpecs(ctx context.Context, names []string, userPaths []strin
 		}
 	}
 	if len(paths) == 0 {
-		return specs, nil
+		return specs, true, nil
 	}
 	for len(paths) > 0 {
 		n := checkBatch(paths)
 		r, err := c.agent.Check(ctx, agent.CheckArgs{Paths: paths[:n], Guard: c.guard})
 		if err != nil {
-			return nil, fmt.Errorf("check git paths: %w", err)
+			return nil, false, fmt.Errorf("check git paths: %w", err)
 		}
 		for _, p := range r.Refused {
 			specs = append(specs, ":(exclude,literal)"+p)
 		}
 		paths = paths[n:]
 	}
-	return specs, nil
+	return specs, false, nil
+}
+
+// refusesNone says that g allows every path by name: it denies nothing and each allow
+// set holds "**". The name check would then refuse only a link that leads out of the
+// workspace, and git never follows one (it shows a symlink as its target's name), so
+// there is nothing for the listing and the check to find. The hard-link rule applies
+// only where something is denied.
+func refusesNone(g *guard.Guard) bool {
+	if len(g.Deny) > 0 {
+		return false
+	}
+	for _, set := range g.Allow {
+		if !slices.Contains(set, "**") {
+			return false
+		}
+	}
+	return true
 }
 
 // checkBytes bounds the paths of one check request, well within a frame's header.
