@@ -8,13 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server"
+	"github.com/cwsdev/cws/sandbox/agent/server/keep"
 	"github.com/cwsdev/cws/version"
 )
 
@@ -33,7 +31,7 @@ func runServe(args []string) error {
 	if err := clearInheritable(); err != nil {
 		return err
 	}
-	warmUp()
+	keep.WarmThreads(warmThreads)
 	followCPULimit()
 	// The secret of the socket path: read once, and gone from the environment so that
 	// nothing this process starts can inherit it (commands get a built environment anyway).
@@ -113,18 +111,4 @@ func listenRunDir(log *slog.Logger, secret string) net.Listener {
 	}
 	log.Info("agent listening", "socket", path)
 	return l
-}
-
-func warmUp() {
-	var wg sync.WaitGroup
-	for range warmThreads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			time.Sleep(5 * time.Millisecond)
-			runtime.UnlockOSThread()
-		}()
-	}
-	wg.Wait()
 }

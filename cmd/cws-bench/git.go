@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cwsdev/cws/internal/bench"
@@ -77,49 +75,19 @@ echo SECRET=1 > .env; printf '{"deniedPaths":[".env","secrets/**"]}' > .cws-poli
 		anchors[i].note = fmt.Sprintf("`%s >/dev/null` in a sh loop in the container (docker exec), the mean of %d runs per sample", cmd, anchorBatch)
 		anchors[i].fn = gitInContainer(e, sb, cmd+" >/dev/null", anchors[i])
 	}
-	n := e.iterations(300)
-	e.logf("git: %d interleaved rounds of %d calls, and %d runs in the container every %d rounds…", n, len(rows), anchorBatch, anchorEvery)
-	for range 10 {
-		for _, r := range rows {
-			if err := r.fn(ctx); err != nil {
-				return nil, fmt.Errorf("%s: %w", r.name, err)
-			}
-		}
-	}
-	for i := range n {
-		if i%anchorEvery == 0 {
-			for _, a := range anchors {
-				if err := a.fn(ctx); err != nil {
-					return nil, fmt.Errorf("%s: %w", a.name, err)
-				}
-			}
-		}
-		for _, r := range rows {
-			start := time.Now()
-			if err := r.fn(ctx); err != nil {
-				return summarize(anchors, rows), fmt.Errorf("%s: %w", r.name, err)
-			}
-			r.samples = append(r.samples, time.Since(start))
-		}
-	}
-	return summarize(anchors, rows), nil
+	return interleave(ctx, e, "git", 10, e.iterations(300), anchors, rows)
 }
 
 // gitInContainer times a shell loop of anchorBatch runs of cmd in /workspace of the
 // sandbox, as the workspace user (cws), and adds the mean per run to r's samples.
 func gitInContainer(e *env, sb, cmd string, r *row) func(context.Context) error {
-	script := fmt.Sprintf(`cd /workspace; s=$(date +%%s%%N); i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done; e=$(date +%%s%%N); echo $((e-s))`, anchorBatch, cmd)
+	script := "cd /workspace; " + loopScript(cmd)
 	return func(ctx context.Context) error {
 		out, code, err := e.driver.Exec(ctx, sb, []string{"sh", "-c", script}, "cws")
 		if err != nil {
 			return err
 		}
-		ns, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-		if code != 0 || perr != nil {
-			return fmt.Errorf("sh loop: exit %d, %q", code, out)
-		}
-		r.samples = append(r.samples, time.Duration(ns/anchorBatch))
-		return nil
+		return r.addLoopMean(out, code)
 	}
 }
 

@@ -95,9 +95,14 @@ func benchLaunch(ctx context.Context, e *env) ([]bench.Row, error) {
 	anchors[0].fn = inContainer(b.Client, "/usr/bin/true", anchors[0])
 	anchors[1].fn = inContainer(b.Client, "/usr/bin/id >/dev/null", anchors[1])
 
-	n := e.iterations(500)
-	e.logf("launch: %d interleaved rounds of %d calls, and %d runs in the container every %d rounds…", n, len(rows), anchorBatch, anchorEvery)
-	for range 20 { // warm up: connections, caches, the first ruleset
+	return interleave(ctx, e, "launch", 20, e.iterations(500), anchors, rows)
+}
+
+// interleave times rows in n interleaved rounds, after warm rounds that are not kept,
+// and runs every anchor once every anchorEvery rounds, so that both see the same load.
+func interleave(ctx context.Context, e *env, section string, warm, n int, anchors, rows []*row) ([]bench.Row, error) {
+	e.logf("%s: %d interleaved rounds of %d calls, and %d runs in the container every %d rounds…", section, n, len(rows), anchorBatch, anchorEvery)
+	for range warm { // connections, caches, the first ruleset
 		for _, r := range rows {
 			if err := r.fn(ctx); err != nil {
 				return nil, fmt.Errorf("%s: %w", r.name, err)
@@ -162,19 +167,29 @@ func agentExec(c *agent.Client, prog string, p *agent.ExecPolicy) func(context.C
 // clock read inside it (two runs of date on either side, outside the timed part but for
 // their own start and end), and adds the mean per run to r's samples.
 func inContainer(c *agent.Client, cmd string, r *row) func(context.Context) error {
-	script := fmt.Sprintf(`s=$(date +%%s%%N); i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done; e=$(date +%%s%%N); echo $((e-s))`, anchorBatch, cmd)
+	script := loopScript(cmd)
 	return func(ctx context.Context) error {
 		res, err := c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c", script}}, nil, nil)
 		if err != nil {
 			return err
 		}
-		ns, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
-		if res.ExitCode != 0 || perr != nil {
-			return fmt.Errorf("sh loop: exit %d, %q, %q", res.ExitCode, res.Stdout, res.Stderr)
-		}
-		r.samples = append(r.samples, time.Duration(ns/anchorBatch))
-		return nil
+		return r.addLoopMean(res.Stdout, res.ExitCode)
 	}
+}
+
+// loopScript is a sh loop of anchorBatch runs of cmd that prints the nanoseconds taken.
+func loopScript(cmd string) string {
+	return fmt.Sprintf(`s=$(date +%%s%%N); i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done; e=$(date +%%s%%N); echo $((e-s))`, anchorBatch, cmd)
+}
+
+// addLoopMean adds the mean run of a loopScript's output to r's samples.
+func (r *row) addLoopMean(out []byte, code int) error {
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if code != 0 || err != nil {
+		return fmt.Errorf("sh loop: exit %d, %q", code, out)
+	}
+	r.samples = append(r.samples, time.Duration(ns/anchorBatch))
+	return nil
 }
 
 // mcpRunner is a workspace service behind the real router, with two sessions of the

@@ -66,7 +66,7 @@ func run(args []string, log *slog.Logger, ready, running func()) error {
 		return errors.New("usage: cws-agent keep <absolute directory>")
 	}
 	dir := args[0]
-	warmUp()
+	WarmThreads(warmThreads)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -138,10 +138,12 @@ func Start(bin, dir string) error {
 	}
 }
 
-// warmUp makes warmThreads threads, which the runtime keeps for later.
-func warmUp() {
+// WarmThreads makes n OS threads, which the runtime keeps for later: under a fork
+// bomb the pids limit leaves no room for new ones, and a Go program that cannot make a
+// thread it needs dies. The agent's serve and the keeper both call it first thing.
+func WarmThreads(n int) {
 	var wg sync.WaitGroup
-	for range warmThreads {
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
