@@ -32,7 +32,7 @@ import (
 // the stream lives until Close or until the bridge exits (reads then return io.EOF).
 // The bridge's stderr goes to the debug log.
 func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
-	if s := d.preopened(id); s != nil { // a pooled container's, opened before its hand-out
+	if s := d.pool.Preopened(id); s != nil { // a pooled container's, opened before its hand-out
 		return s, nil
 	}
 	c, err := d.cli.ContainerInspect(ctx, id)

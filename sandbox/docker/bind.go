@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/pool"
 )
 
 // Binding a pooled container to a session.
@@ -42,31 +43,26 @@ func bindName(session string) string { return "cws-bind-" + session }
 // when the create must go cold: no fitting container, or a bind that failed for a
 // reason other than the session existing (the container is removed, never returned).
 func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.Info, ok bool, err error) {
-	b, miss := d.take(spec)
+	b, miss := d.pool.Take(spec.Image, d.fits(spec))
 	if miss != "" {
-		image := spec.Image
-		if miss == MissNoPool {
-			image = ""
-		}
-		d.pool.obs.PoolMiss(image, miss)
+		d.pool.Missed(spec.Image, miss)
 		return sandbox.Info{}, false, nil
 	}
-	d.pool.signal()
+	d.pool.Signal()
 	info, err = d.bind(ctx, b, spec)
 	if err != nil {
-		b.close()
-		d.log.Warn("bind pooled container failed; removing it", "container", b.id, "session", spec.Session, "err", err)
-		if rerr := d.Remove(context.WithoutCancel(ctx), b.id); rerr != nil {
-			d.log.Warn("remove pooled container after a failed bind", "container", b.id, "err", rerr)
+		b.Close()
+		d.log.Warn("bind pooled container failed; removing it", "container", b.ID, "session", spec.Session, "err", err)
+		if rerr := d.Remove(context.WithoutCancel(ctx), b.ID); rerr != nil {
+			d.log.Warn("remove pooled container after a failed bind", "container", b.ID, "err", rerr)
 		}
 		if errors.Is(err, ErrExists) || ctx.Err() != nil {
 			return sandbox.Info{}, true, err
 		}
-		d.pool.obs.PoolMiss(spec.Image, MissBind)
+		d.pool.Missed(spec.Image, MissBind)
 		return sandbox.Info{}, false, nil
 	}
-	d.handOver(b)
-	d.pool.obs.PoolHit(spec.Image)
+	d.pool.HandOver(spec.Image, b)
 	return info, true, nil
 }
 
@@ -74,10 +70,10 @@ func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.
 // limits, the three at once (each is one engine round trip). A bind cut short between
 // them leaves a container that List does not report (name and record disagree) and
 // that the pool's reconcile removes, never hands out again.
-func (d *Driver) bind(ctx context.Context, b pooledBox, spec sandbox.Spec) (sandbox.Info, error) {
+func (d *Driver) bind(ctx context.Context, b pool.Box, spec sandbox.Spec) (sandbox.Info, error) {
 	var g errgroup.Group
 	g.Go(func() error {
-		if err := d.cli.ContainerRename(ctx, b.id, containerName(spec.Session)); err != nil {
+		if err := d.cli.ContainerRename(ctx, b.ID, containerName(spec.Session)); err != nil {
 			if cerrdefs.IsConflict(err) {
 				return fmt.Errorf("bind sandbox %s: %w: %v", spec.Session, ErrExists, err)
 			}
@@ -87,23 +83,23 @@ func (d *Driver) bind(ctx context.Context, b pooledBox, spec sandbox.Spec) (sand
 	})
 	g.Go(func() error {
 		labels := d.labels(spec)
-		labels[LabelBind] = b.id
+		labels[LabelBind] = b.ID
 		// VolumeCreate returns an existing volume as it is: a record it did not make
 		// names another container, and the session exists already.
 		v, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: bindName(spec.Session), Labels: labels})
 		if err != nil {
 			return fmt.Errorf("bind sandbox %s: create bind record: %w", spec.Session, err)
 		}
-		if v.Labels[LabelBind] != b.id {
+		if v.Labels[LabelBind] != b.ID {
 			return fmt.Errorf("bind sandbox %s: %w: bind record %s names another container", spec.Session, ErrExists, v.Name)
 		}
 		return nil
 	})
-	lim := withDefaults(spec.Limits, d.defaults)
-	if lim.NanoCPUs != b.limits.NanoCPUs || lim.MemoryBytes != b.limits.MemoryBytes || lim.Pids != b.limits.Pids {
+	lim := sandbox.WithDefaults(spec.Limits, d.defaults)
+	if lim.NanoCPUs != b.Limits.NanoCPUs || lim.MemoryBytes != b.Limits.MemoryBytes || lim.Pids != b.Limits.Pids {
 		g.Go(func() error {
 			pids := lim.Pids
-			if _, err := d.cli.ContainerUpdate(ctx, b.id, container.UpdateConfig{Resources: container.Resources{
+			if _, err := d.cli.ContainerUpdate(ctx, b.ID, container.UpdateConfig{Resources: container.Resources{
 				NanoCPUs: lim.NanoCPUs, Memory: lim.MemoryBytes, MemorySwap: lim.MemoryBytes, PidsLimit: &pids,
 			}}); err != nil {
 				return fmt.Errorf("bind sandbox %s: update limits: %w", spec.Session, err)
@@ -114,9 +110,9 @@ func (d *Driver) bind(ctx context.Context, b pooledBox, spec sandbox.Spec) (sand
 	if err := g.Wait(); err != nil {
 		return sandbox.Info{}, err
 	}
-	d.log.Info("sandbox created from the pool", "session", spec.Session, "tenant", spec.Tenant, "image", spec.Image, "container", b.id)
-	info := sandbox.Info{ID: b.id, Session: spec.Session, Tenant: spec.Tenant, Subject: spec.Subject, Image: spec.Image,
-		Running: true, Volume: b.volume, Default: spec.Default}
+	d.log.Info("sandbox created from the pool", "session", spec.Session, "tenant", spec.Tenant, "image", spec.Image, "container", b.ID)
+	info := sandbox.Info{ID: b.ID, Session: spec.Session, Tenant: spec.Tenant, Subject: spec.Subject, Image: spec.Image,
+		Running: true, Volume: b.Volume, Default: spec.Default}
 	if !spec.Expires.IsZero() {
 		info.Expires = spec.Expires.UTC().Truncate(time.Second)
 	}

@@ -20,13 +20,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/client"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/pool"
 	"github.com/cwsdev/cws/version"
 )
 
@@ -39,7 +39,7 @@ const (
 	DefaultFileSize     = 1 << 30       // 1 GiB, the largest file a process may write (RLIMIT_FSIZE)
 	DefaultTmpSizeBytes = 256 << 20     // 256 MiB tmpfs at /tmp
 	DefaultStopTimeout  = 5 * time.Second
-	DefaultUser         = "1000:1000" // the tool uid:gid when sandbox.Spec.User is empty
+	DefaultUser         = sandbox.DefaultUser // the tool uid:gid when sandbox.Spec.User is empty
 )
 
 // Config configures a Driver.
@@ -129,8 +129,7 @@ type Driver struct {
 	agentSem   chan struct{}
 	agentReady atomic.Bool
 
-	pool    *pool    // the warm pool; empty when none is configured
-	streams sync.Map // container id → io.ReadWriteCloser pre-opened while pooled (pool.go)
+	pool *pool.Pool // the warm pool; empty when none is configured
 }
 
 // New returns a Driver that talks to the Docker engine named by the environment
@@ -163,7 +162,7 @@ func New(cfg Config) (*Driver, error) {
 		cli:         cli,
 		log:         log.With("component", "sandbox/docker"),
 		stopTimeout: stop,
-		defaults:    withDefaults(cfg.Defaults, packageDefaults),
+		defaults:    sandbox.WithDefaults(cfg.Defaults, packageDefaults),
 		agentPath:   cfg.AgentBinary,
 		agentSHA256: sum,
 		agentSize:   size,
@@ -171,7 +170,8 @@ func New(cfg Config) (*Driver, error) {
 		agentSem:    make(chan struct{}, 1),
 		instance:    cmp.Or(cfg.Instance, DefaultInstance),
 		socketDir:   filepath.Clean(cmp.Or(cfg.SocketDir, DefaultSocketDir)),
-		pool:        newPool(cfg),
+		pool: pool.New(pool.Config{Sizes: cfg.Pool, Max: cfg.PoolMax, Fillers: cfg.PoolFillers, Owner: cfg.PoolOwner,
+			MaxAge: cfg.PoolMaxAge, Observer: cfg.PoolObserver, Log: log.With("component", "sandbox/docker")}),
 	}
 	if err := d.chooseTransport(cfg.Transport, cli.DaemonHost()); err != nil {
 		cli.Close()

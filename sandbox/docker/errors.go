@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"errors"
 	"fmt"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -16,10 +15,10 @@ var (
 	// ErrStopped: the sandbox exists but is not running; Start brings it back.
 	ErrStopped = sandbox.ErrStopped
 	// ErrExists: Create found a container or workspace volume of that session already.
-	ErrExists = errors.New("sandbox already exists")
+	ErrExists = sandbox.ErrExists
 	// ErrInvalid: the spec is unusable (bad session id, uid:gid or env name, or an image
 	// that is not present on the engine).
-	ErrInvalid = errors.New("invalid sandbox spec")
+	ErrInvalid = sandbox.ErrInvalid
 )
 
 // notFound wraps a Docker error about a missing container as ErrNotFound (keeping

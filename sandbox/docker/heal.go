@@ -75,7 +75,7 @@ func (d *Driver) Restart(ctx context.Context, id string) error {
 
 // healable inspects a sandbox that is to be healed: managed, and not being removed.
 func (d *Driver) healable(ctx context.Context, op, id string) (container.InspectResponse, error) {
-	d.dropStream(id)
+	d.pool.DropStream(id)
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
 		return container.InspectResponse{}, notFound(op+" sandbox", id, err)

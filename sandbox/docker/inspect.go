@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 
@@ -47,22 +46,9 @@ func managed(c container.InspectResponse) bool {
 
 // infoFrom builds an Info from a container's id, labels and state.
 func infoFrom(id string, labels map[string]string, running bool) sandbox.Info {
-	info := sandbox.Info{
-		ID:      id,
-		Session: labels[sandbox.LabelSession],
-		Tenant:  labels[sandbox.LabelTenant],
-		Subject: labels[sandbox.LabelSubject],
-		Image:   labels[sandbox.LabelImage],
-		Running: running,
-		Default: labels[sandbox.LabelDefault] == "true",
-	}
+	info := sandbox.InfoFrom(id, labels, running)
 	if info.Session != "" {
 		info.Volume = volumeName(info.Session)
-	}
-	if s := labels[sandbox.LabelExpires]; s != "" {
-		if t, err := time.Parse(time.RFC3339, s); err == nil {
-			info.Expires = t
-		}
 	}
 	return info
 }
@@ -82,7 +68,7 @@ func workspaceVolume(mounts []container.MountPoint) string {
 func agentUser(c container.InspectResponse) string {
 	if c.Config != nil {
 		for _, e := range c.Config.Env {
-			if v, ok := strings.CutPrefix(e, agent.EnvAgentUser+"="); ok && userRE.MatchString(v) {
+			if v, ok := strings.CutPrefix(e, agent.EnvAgentUser+"="); ok && sandbox.ValidUser(v) {
 				return v
 			}
 		}
@@ -94,7 +80,7 @@ func agentUser(c container.InspectResponse) string {
 func toolUser(c container.InspectResponse) string {
 	if c.Config != nil {
 		for _, e := range c.Config.Env {
-			if v, ok := strings.CutPrefix(e, envUIDGID+"="); ok && userRE.MatchString(v) {
+			if v, ok := strings.CutPrefix(e, envUIDGID+"="); ok && sandbox.ValidUser(v) {
 				return v
 			}
 		}

@@ -40,7 +40,7 @@ func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.
 			name = c.Names[0]
 		}
 		lbl, ok := sessionLabels(c.ID, name, c.Labels, binds)
-		if !ok || !matches(lbl, labels) {
+		if !ok || !sandbox.Matches(lbl, labels) {
 			continue
 		}
 		info := infoFrom(c.ID, lbl, c.State == container.StateRunning)
@@ -54,14 +54,4 @@ func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.
 		return strings.Compare(a.Session, b.Session)
 	})
 	return out, nil
-}
-
-// matches reports whether labels carries every label of want.
-func matches(labels, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

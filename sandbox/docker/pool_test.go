@@ -107,10 +107,7 @@ func (e *poolEnv) stopPool() {
 	e.stop()
 	<-e.done
 	for {
-		e.d.pool.mu.Lock()
-		n := e.d.pool.filling[version.TestImage]
-		e.d.pool.mu.Unlock()
-		if n == 0 {
+		if e.d.pool.Filling(version.TestImage) == 0 {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -122,12 +119,7 @@ func readyIDs(t *testing.T, d *Driver, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		d.pool.mu.Lock()
-		var ids []string
-		for _, b := range d.pool.ready[version.TestImage] {
-			ids = append(ids, b.id)
-		}
-		d.pool.mu.Unlock()
+		ids := d.pool.ReadyIDs(version.TestImage)
 		if len(ids) >= n {
 			return ids
 		}
@@ -226,11 +218,11 @@ func TestPoolHandOut(t *testing.T) {
 		}
 	})
 	t.Run("working session", func(t *testing.T) {
-		if _, ok := e.d.streams.Load(info.ID); !ok {
+		if !e.d.pool.HasStream(info.ID) {
 			t.Error("no pre-opened agent stream for the session's first Attach")
 		}
 		checkPing(t, e.d, info.ID) // over the pre-opened stream
-		if _, ok := e.d.streams.Load(info.ID); ok {
+		if e.d.pool.HasStream(info.ID) {
 			t.Error("the pre-opened stream was not used")
 		}
 		if out, code := execOut(t, e.d, info.ID, "sh", "-c", "echo hi > /workspace/f && cat /workspace/f && id -u"); code != 0 || out != "hi\n1000\n" {
@@ -404,10 +396,8 @@ func checkGone(t *testing.T, e *poolEnv, id string) {
 	if _, err := e.cli.ContainerInspect(t.Context(), id); !cerrdefs.IsNotFound(err) {
 		t.Errorf("pooled container after a failed bind: %v, want removed", err)
 	}
-	e.d.pool.mu.Lock()
-	defer e.d.pool.mu.Unlock()
-	for _, b := range e.d.pool.ready[version.TestImage] {
-		if b.id == id {
+	for _, rid := range e.d.pool.ReadyIDs(version.TestImage) {
+		if rid == id {
 			t.Errorf("pooled container %s is back in the pool", id)
 		}
 	}
@@ -426,27 +416,27 @@ func TestPoolRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A bind cut short after the rename: no bind record.
-	half, miss := e.d.take(poolSpec("tenant"))
+	half, miss := e.d.pool.Take(version.TestImage, e.d.fits(poolSpec("tenant")))
 	if miss != "" {
 		t.Fatalf("take: %s", miss)
 	}
-	if err := e.cli.ContainerRename(t.Context(), half.id, containerName(uniq("s"))); err != nil {
+	if err := e.cli.ContainerRename(t.Context(), half.ID, containerName(uniq("s"))); err != nil {
 		t.Fatal(err)
 	}
 	// A bind cut short after the bind record, before the rename.
-	e.d.pool.signal()
+	e.d.pool.Signal()
 	readyIDs(t, e.d, 1)
-	recorded, miss := e.d.take(poolSpec("tenant"))
+	recorded, miss := e.d.pool.Take(version.TestImage, e.d.fits(poolSpec("tenant")))
 	if miss != "" {
 		t.Fatalf("take: %s", miss)
 	}
 	rs := uniq("s")
 	if _, err := e.cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: bindName(rs), Labels: map[string]string{
-		sandbox.LabelManaged: "true", sandbox.LabelInstance: e.instance, sandbox.LabelSession: rs, sandbox.LabelTenant: "tenant", LabelBind: recorded.id,
+		sandbox.LabelManaged: "true", sandbox.LabelInstance: e.instance, sandbox.LabelSession: rs, sandbox.LabelTenant: "tenant", LabelBind: recorded.ID,
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	e.d.pool.signal()
+	e.d.pool.Signal()
 	unbound := readyIDs(t, e.d, 2)
 	e.stopPool()
 
@@ -465,7 +455,7 @@ func TestPoolRestart(t *testing.T) {
 	if all, err := d2.List(t.Context(), nil); err != nil || len(all) != 1 {
 		t.Errorf("List(nil) = %+v, %v; want the one session", all, err)
 	}
-	if err := d2.reconcilePool(t.Context()); err != nil {
+	if err := d2.sweepPool(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
 	adopted := readyIDs(t, d2, 2)
@@ -474,7 +464,7 @@ func TestPoolRestart(t *testing.T) {
 	if !slices.Equal(adopted, unbound) {
 		t.Errorf("adopted %v, want the unbound %v", adopted, unbound)
 	}
-	for _, id := range []string{half.id, recorded.id} {
+	for _, id := range []string{half.ID, recorded.ID} {
 		if _, err := e.cli.ContainerInspect(t.Context(), id); !cerrdefs.IsNotFound(err) {
 			t.Errorf("half-bound container: %v, want removed", err)
 		}
@@ -511,22 +501,19 @@ func TestPoolOtherOwner(t *testing.T) {
 	e.stopPool()
 
 	other := e.driver(t, 1, func(c *Config) { c.PoolOwner = "other-replica" })
-	if err := other.reconcilePool(t.Context()); err != nil {
+	if err := other.sweepPool(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.cli.ContainerInspect(t.Context(), unbound); err != nil {
 		t.Errorf("another owner's young pooled container: %v, want it left alone", err)
 	}
-	other.pool.mu.Lock()
-	n := len(other.pool.ready[version.TestImage])
-	other.pool.mu.Unlock()
-	if n != 0 {
+	if other.pool.Ready(version.TestImage) != 0 {
 		t.Errorf("another owner's pooled container was adopted")
 	}
 
 	time.Sleep(10 * time.Millisecond)
 	late := e.driver(t, 1, func(c *Config) { c.PoolOwner = "other-replica"; c.PoolMaxAge = time.Millisecond })
-	if err := late.reconcilePool(t.Context()); err != nil {
+	if err := late.sweepPool(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.cli.ContainerInspect(t.Context(), unbound); !cerrdefs.IsNotFound(err) {
@@ -545,7 +532,9 @@ func TestPoolStopped(t *testing.T) {
 	if err := e.cli.ContainerStop(t.Context(), stopped, container.StopOptions{Timeout: &timeout}); err != nil {
 		t.Fatal(err)
 	}
-	e.d.cleanPool(t.Context())
+	if err := e.d.sweepPool(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
 	next := readyIDs(t, e.d, 1)[0]
 	if next == stopped {
 		t.Fatalf("the stopped container is still in the pool")

@@ -12,29 +12,21 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/pool"
 )
 
-// reconcilePool runs when the pool starts: this owner's unbound pooled containers that
-// are healthy (running, of a configured pool and class, with this driver's agent, and
-// answering a ping) are taken back into the pool, up to its size; the others are
+// sweepPool, starting (before the first fill): this owner's unbound pooled containers
+// that are healthy (running, of a configured pool and class, with this driver's agent,
+// and answering a ping) are taken back into the pool, up to its size; the others are
 // removed, as are this owner's half-bound ones (a bind cut short by a crash), bind
 // records whose container is gone, and other owners' unbound ones older than twice the
 // max age (no owner hands those out any more).
-func (d *Driver) reconcilePool(ctx context.Context) error {
-	return d.sweepPool(ctx, true)
-}
-
-// cleanPool runs on every tick of the refill loop: it finishes removals of this owner's
+//
+// Afterwards, on every tick of the refill loop: it finishes removals of this owner's
 // pooled containers that were cut short, replaces ready ones that stopped, and removes
 // bind records whose container is gone, and other owners' too old ones. It leaves this
 // owner's other unbound and half-bound containers alone: they may be in the pool, being
 // made, or in a bind, right now.
-func (d *Driver) cleanPool(ctx context.Context) {
-	if err := d.sweepPool(ctx, false); err != nil {
-		d.log.Warn("pool clean", "err", err)
-	}
-}
-
 func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", sandbox.LabelManaged+"=true"),
@@ -54,9 +46,9 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 			continue
 		}
 		name := c.Names[0]
-		if c.Labels[LabelPoolOwner] != d.pool.owner {
+		if c.Labels[LabelPoolOwner] != d.pool.Owner() {
 			// Another replica's: its own until it is too old for it to hand out.
-			if unboundName(name) && time.Since(time.Unix(c.Created, 0)) > 2*d.pool.maxAge {
+			if unboundName(name) && time.Since(time.Unix(c.Created, 0)) > 2*d.pool.MaxAge() {
 				d.log.Info("removing another owner's old pooled container", "container", c.ID, "owner", c.Labels[LabelPoolOwner])
 				if err := d.Remove(ctx, c.ID); err != nil {
 					d.log.Warn("remove pooled container", "container", c.ID, "err", err)
@@ -75,12 +67,12 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 			if now, err := d.cli.ContainerInspect(ctx, c.ID); err != nil || now.State == nil || now.State.Running {
 				continue
 			}
-			b, ok := d.unready(c.ID)
+			b, ok := d.pool.Unready(c.ID)
 			if !ok {
 				continue
 			}
-			b.close()
-			d.pool.signal()
+			b.Close()
+			d.pool.Signal()
 		case !starting:
 			continue
 		case unboundName(name):
@@ -116,20 +108,13 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 // pool if it is healthy and the pool has room. It reports whether it did.
 func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
 	image := c.Labels[LabelPool]
-	p := d.pool
 	made := time.Unix(c.Created, 0)
-	if p.sizes[image] == 0 || c.State != container.StateRunning || c.Labels[LabelPoolClass] != d.poolClassFor(image).key() ||
-		time.Since(made) >= p.maxAge {
+	if !d.pool.Room(image) || c.State != container.StateRunning || c.Labels[LabelPoolClass] != d.poolClassFor(image).Key() ||
+		time.Since(made) >= d.pool.MaxAge() {
 		return false
 	}
 	if agentVolumeOf(c.Mounts) != d.agentVolume {
 		return false // an older agent
-	}
-	p.mu.Lock()
-	full := len(p.ready[image])+p.filling[image] >= p.sizes[image]
-	p.mu.Unlock()
-	if full {
-		return false
 	}
 	ci, err := d.cli.ContainerInspect(ctx, c.ID)
 	if err != nil || ci.HostConfig == nil {
@@ -139,16 +124,15 @@ func (d *Driver) adoptPooled(ctx context.Context, c container.Summary) bool {
 		return false
 	}
 	r := ci.HostConfig.Resources
-	b := pooledBox{id: c.ID, volume: workspaceVolume(c.Mounts), made: made, stream: d.preopen(ctx, c.ID),
-		limits: sandbox.Limits{NanoCPUs: r.NanoCPUs, MemoryBytes: r.Memory}}
+	b := pool.Box{ID: c.ID, Volume: workspaceVolume(c.Mounts), Made: made, Stream: d.preopen(ctx, c.ID),
+		Limits: sandbox.Limits{NanoCPUs: r.NanoCPUs, MemoryBytes: r.Memory}}
 	if r.PidsLimit != nil {
-		b.limits.Pids = *r.PidsLimit
+		b.Limits.Pids = *r.PidsLimit
 	}
-	p.mu.Lock()
-	p.ready[image] = append(p.ready[image], b)
-	n := len(p.ready[image])
-	p.mu.Unlock()
-	p.obs.PoolReady(image, n)
+	if !d.pool.Adopt(image, b) {
+		b.Close()
+		return false
+	}
 	d.log.Info("pooled container adopted", "container", c.ID, "image", image)
 	return true
 }

@@ -18,26 +18,3 @@ func (d *Driver) preopen(ctx context.Context, id string) io.ReadWriteCloser {
 	}
 	return s
 }
-
-// handOver keeps a bound container's pre-opened stream for its first Attach.
-func (d *Driver) handOver(b pooledBox) {
-	if b.stream != nil {
-		d.streams.Store(b.id, b.stream)
-	}
-}
-
-// preopened returns (once) the pre-opened agent stream of a container handed out from
-// the pool, or nil.
-func (d *Driver) preopened(id string) io.ReadWriteCloser {
-	if s, ok := d.streams.LoadAndDelete(id); ok {
-		return s.(io.ReadWriteCloser)
-	}
-	return nil
-}
-
-// dropStream closes the pre-opened stream of a container being removed, if unused.
-func (d *Driver) dropStream(id string) {
-	if s := d.preopened(id); s != nil {
-		s.Close()
-	}
-}

@@ -23,7 +23,7 @@ import (
 // short by a crash or an engine error can never be taken for a live session and
 // re-adopted: List reports it Deleted, and the next reconcile finishes the job.
 func (d *Driver) Remove(ctx context.Context, id string) error {
-	d.dropStream(id)
+	d.pool.DropStream(id)
 	c, err := d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return nil
@@ -34,7 +34,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	if !managed(c) {
 		return fmt.Errorf("remove sandbox %s: %w: container is not managed by cws", id, ErrNotFound)
 	}
-	d.dropStream(c.ID)
+	d.pool.DropStream(c.ID)
 	vol := workspaceVolume(c.Mounts)
 	if vol == "" && c.Config != nil {
 		if s := c.Config.Labels[sandbox.LabelSession]; s != "" {

@@ -3,10 +3,7 @@ package docker
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -32,104 +29,16 @@ var packageDefaults = sandbox.Limits{
 	TmpSizeBytes:  DefaultTmpSizeBytes,
 }
 
-var (
-	// sessionRE keeps session ids valid inside Docker container and volume names.
-	sessionRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
-	userRE    = regexp.MustCompile(`^[0-9]{1,10}:[0-9]{1,10}$`)
-)
-
 // containerName and volumeName name a session's container and workspace volume.
 func containerName(session string) string { return "cws-" + session }
 func volumeName(session string) string    { return "cws-ws-" + session }
 
-// withDefaults fills the zero fields of l from def.
-func withDefaults(l, def sandbox.Limits) sandbox.Limits {
-	pick := func(v, d int64) int64 {
-		if v > 0 {
-			return v
-		}
-		return d
-	}
-	return sandbox.Limits{
-		NanoCPUs:      pick(l.NanoCPUs, def.NanoCPUs),
-		MemoryBytes:   pick(l.MemoryBytes, def.MemoryBytes),
-		Pids:          pick(l.Pids, def.Pids),
-		NoFile:        pick(l.NoFile, def.NoFile),
-		FileSizeBytes: pick(l.FileSizeBytes, def.FileSizeBytes),
-		TmpSizeBytes:  pick(l.TmpSizeBytes, def.TmpSizeBytes),
-	}
-}
-
 // validate rejects specs that Docker would reject less clearly, or that would be unsafe.
-func validate(spec sandbox.Spec) error {
-	if !sessionRE.MatchString(spec.Session) {
-		return fmt.Errorf("%w: session id %q must match %s", ErrInvalid, spec.Session, sessionRE)
-	}
-	if spec.Image == "" {
-		return fmt.Errorf("%w: image is required", ErrInvalid)
-	}
-	if spec.User != "" && !nonRoot(spec.User) {
-		return fmt.Errorf("%w: user %q must be a numeric, non-root uid:gid", ErrInvalid, spec.User)
-	}
-	if spec.User != "" && sharesAgentIDs(spec.User) {
-		return fmt.Errorf("%w: user %q shares a uid or gid with the agent (%s): pick another tool user", ErrInvalid, spec.User, agent.DefaultAgentUser)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fmt.Errorf("%w: env name %q", ErrInvalid, k)
-		}
-	}
-	return nil
-}
+func validate(spec sandbox.Spec) error { return sandbox.Validate(spec) }
 
-// nonRoot reports whether user is "uid:gid", both numeric and neither 0.
-func nonRoot(user string) bool {
-	if !userRE.MatchString(user) {
-		return false
-	}
-	u, g, _ := strings.Cut(user, ":")
-	uid, err1 := strconv.ParseUint(u, 10, 32)
-	gid, err2 := strconv.ParseUint(g, 10, 32)
-	return err1 == nil && err2 == nil && uid != 0 && gid != 0
-}
-
-// sharesAgentIDs reports whether the tool uid:gid user has the agent's uid or gid: the
-// agent must be out of reach of everything the tool user runs.
-func sharesAgentIDs(user string) bool {
-	u, g, _ := strings.Cut(user, ":")
-	au, ag, _ := strings.Cut(agent.DefaultAgentUser, ":")
-	return u == au || g == ag
-}
-
-// labels adds the driver's instance to the spec's labels.
+// labels are the spec's labels with the driver's instance.
 func (d *Driver) labels(spec sandbox.Spec) map[string]string {
-	l := labels(spec)
-	l[sandbox.LabelInstance] = d.instance
-	return l
-}
-
-// labels are spec.Labels plus the cws.* labels. Every key under the reserved "cws."
-// prefix comes from the driver, never from the spec.
-func labels(spec sandbox.Spec) map[string]string {
-	l := make(map[string]string, len(spec.Labels)+4)
-	for k, v := range spec.Labels {
-		if !strings.HasPrefix(k, "cws.") {
-			l[k] = v
-		}
-	}
-	l[sandbox.LabelManaged] = "true"
-	l[sandbox.LabelSession] = spec.Session
-	l[sandbox.LabelTenant] = spec.Tenant
-	l[sandbox.LabelSubject] = spec.Subject
-	l[sandbox.LabelImage] = spec.Image
-	l[sandbox.LabelExpires] = ""
-	if spec.Default {
-		l[sandbox.LabelDefault] = "true"
-	}
-	if !spec.Expires.IsZero() {
-		l[sandbox.LabelExpires] = spec.Expires.UTC().Format(time.RFC3339)
-	}
-	return l
+	return sandbox.Labels(spec, d.instance)
 }
 
 // env is spec.Env, sorted, with the agent's uid:gid and CWS_UID_GID last (the spec
@@ -153,7 +62,7 @@ func env(spec sandbox.Spec) []string {
 // (where the agent finds its secret, agent.SecretFile),
 // gives the agent its secret, and records the directory in the cws.sockdir label.
 func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.Config, *container.HostConfig) {
-	lim := withDefaults(spec.Limits, d.defaults)
+	lim := sandbox.WithDefaults(spec.Limits, d.defaults)
 	stop := int(d.stopTimeout.Round(time.Second) / time.Second)
 	cfg := &container.Config{
 		Image: spec.Image,
