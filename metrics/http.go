@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -26,8 +25,8 @@ func (m *Metrics) GinMiddleware() gin.HandlerFunc {
 			route = Unmatched
 		}
 		method := methodLabel(c.Request.Method)
-		m.httpRequests.WithLabelValues(route, method, strconv.Itoa(c.Writer.Status())).Inc()
-		m.httpDuration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+		m.httpRequest(route, method, c.Writer.Status()).Inc()
+		m.httpDurationOf(route, method).Observe(time.Since(start).Seconds())
 	}
 }
 

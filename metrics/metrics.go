@@ -10,6 +10,7 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -38,6 +39,10 @@ type Metrics struct {
 	reaped        *prometheus.CounterVec
 	rel           reliability // reliability.go
 	unenforced    prometheus.Counter
+
+	// The children of the per-request vectors, by label values (labels.go): a lookup
+	// in a sync.Map instead of hashing the values on every request.
+	httpReqChildren, httpDurChildren, toolCallChildren, toolDurChildren sync.Map
 }
 
 // Reap reasons for Reaped.

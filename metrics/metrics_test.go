@@ -211,3 +211,37 @@ func TestGinMiddlewareUsesRoutePattern(t *testing.T) {
 		t.Errorf("exposition lacks the route-pattern series:\n%s", body)
 	}
 }
+
+// TestCachedChildrenConcurrent: the per-request series are cached by label values;
+// concurrent first uses must land on one series.
+func TestCachedChildrenConcurrent(t *testing.T) {
+	m, reg := newMetrics(t)
+	r := gin.New()
+	r.Use(m.GinMiddleware())
+	r.GET("/x", func(c *gin.Context) { c.Status(http.StatusTeapot) })
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 500 {
+				m.ToolCall("readFile", "ok", time.Millisecond)
+				r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/x", nil))
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	if v, _ := series(t, reg, "cws_tool_calls_total", map[string]string{"tool": "readFile", "outcome": "ok"}); v != 4000 {
+		t.Errorf("cws_tool_calls_total = %v, want 4000", v)
+	}
+	if v, _ := series(t, reg, "cws_tool_call_duration_seconds", map[string]string{"tool": "readFile"}); v != 4000 {
+		t.Errorf("cws_tool_call_duration_seconds count = %v, want 4000", v)
+	}
+	if v, _ := series(t, reg, "cws_http_requests_total", map[string]string{"route": "/x", "method": "GET", "code": "418"}); v != 4000 {
+		t.Errorf("cws_http_requests_total = %v, want 4000", v)
+	}
+	if v, _ := series(t, reg, "cws_http_request_duration_seconds", map[string]string{"route": "/x", "method": "GET"}); v != 4000 {
+		t.Errorf("cws_http_request_duration_seconds count = %v, want 4000", v)
+	}
+}

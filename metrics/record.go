@@ -8,8 +8,8 @@ func (m *Metrics) ToolCall(tool, outcome string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.toolCalls.WithLabelValues(tool, outcome).Inc()
-	m.toolDuration.WithLabelValues(tool).Observe(d.Seconds())
+	m.toolCall(tool, outcome).Inc()
+	m.toolDurationOf(tool).Observe(d.Seconds())
 }
 
 // PolicyDenial records a call denied by the named policy rule (e.g. "deniedPaths").

@@ -128,7 +128,7 @@ func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, 
 
 func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
 	tp, _ := s.cfg.Tenants.Policy(caller.Tenant)
-	if tp != nil && !contains(tp.EnabledToolsets(), t.Toolset) {
+	if tp != nil && !toolsetEnabled(tp, t.Toolset) {
 		return nil, &policy.Violation{Err: ErrPolicy, Rule: "toolsets", Detail: fmt.Sprintf("toolset %q is not enabled for this tenant", t.Toolset)}
 	}
 	if err := s.allow(ctx, caller.Tenant, tp); err != nil {
@@ -165,6 +165,14 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 	}
 	res.Note = strings.Join(c.notes, "\n")
 	return res, nil
+}
+
+// toolsetEnabled is contains(tp.EnabledToolsets(), toolset) without the copy.
+func toolsetEnabled(tp *policy.Policy, toolset string) bool {
+	if tp.Toolsets == nil {
+		return slices.Contains(policy.AllToolsets, toolset)
+	}
+	return slices.Contains(tp.Toolsets, toolset)
 }
 
 // allow applies the tenant's rate limit.

@@ -390,3 +390,44 @@ func TestSessionCacheOwnWrites(t *testing.T) {
 		t.Fatalf("after delete: %v, want ErrNotFound", err)
 	}
 }
+
+// TestSessionForFromCache: the bound endpoint's lookup (/v1/sessions/{id}/mcp) is
+// answered from the cache like a call, refuses an expired session without a store
+// read, never answers for another tenant, and says not found once a delete on another
+// replica is announced.
+func TestSessionForFromCache(t *testing.T) {
+	r := newReplicas(t)
+	sess := r.create(t)
+	r.warm(t, sess.ID)
+	reads := r.sb.reads.Load()
+	for range 3 {
+		got, err := r.b.SessionFor(t.Context(), r.caller, sess.ID)
+		if err != nil || got.ID != sess.ID {
+			t.Fatalf("SessionFor: %v, %v", got, err)
+		}
+	}
+	if n := r.sb.reads.Load() - reads; n != 0 {
+		t.Fatalf("SessionFor read the store %d times, want 0 (cached)", n)
+	}
+	other := workspace.Caller{Tenant: "someone-else", Subject: "alice", Scopes: auth.AllScopes()}
+	if _, err := r.b.SessionFor(t.Context(), other, sess.ID); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("SessionFor of another tenant: %v, want ErrNotFound", err)
+	}
+	now := r.clock.Now()
+	r.clock.Set(sess.ExpiresAt)
+	reads = r.sb.reads.Load()
+	if _, err := r.b.SessionFor(t.Context(), r.caller, sess.ID); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("SessionFor at the deadline: %v, want ErrNotFound", err)
+	}
+	if n := r.sb.reads.Load() - reads; n != 0 {
+		t.Fatalf("SessionFor of an expired cached session read the store %d times, want 0", n)
+	}
+	r.clock.Set(now)
+	if err := r.a.DeleteSession(t.Context(), r.caller, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "SessionFor on B says not found after the delete on A", func() bool {
+		_, err := r.b.SessionFor(t.Context(), r.caller, sess.ID)
+		return errors.Is(err, workspace.ErrNotFound)
+	})
+}

@@ -223,8 +223,15 @@ func (s *Service) GetSession(ctx context.Context, caller Caller, id string) (*Se
 
 // SessionFor returns caller's session id for an endpoint bound to it
 // (/v1/sessions/{id}/mcp). Unlike GetSession it needs no scope: the calls made there
-// check their own.
+// check their own. It is on every call's path there, so it answers from the session
+// cache, which holds records exactly as the store has them, before reading the store.
 func (s *Service) SessionFor(ctx context.Context, caller Caller, id string) (*Session, error) {
+	if sess, ok := s.sessions.get(caller.Tenant, id); ok {
+		if sess.Expired(s.cfg.Now()) {
+			return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+		}
+		return sess, nil
+	}
 	return s.getSession(ctx, caller, id)
 }
 

@@ -2,8 +2,10 @@ package mcp_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,7 +123,8 @@ func (tw *twinServers) post(t *testing.T, base, path, token, body string, hdr ..
 
 // TestLeanMatchesSDK holds the lean tools/call path to the SDK's bytes on the wire:
 // status, headers (but Date), transfer encoding and body, over successes, tool errors
-// and every JSON-RPC error the seed defines.
+// and every JSON-RPC error the seed defines. The one difference allowed: the lean
+// path's answer carries a Content-Length where the SDK's is chunked.
 func TestLeanMatchesSDK(t *testing.T) {
 	tw := newTwins(t)
 	s0, s1 := tw.sessions[0], tw.sessions[1]
@@ -182,10 +185,21 @@ func TestLeanMatchesSDK(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := mcp.LeanServed(tw.leanMCP)
 			lean := tw.post(t, tw.lean, tc.path, tc.token, tc.body, tc.hdr...)
-			if served := mcp.LeanServed(tw.leanMCP) > before; served != !strings.Contains(tc.name, "(SDK)") {
+			served := mcp.LeanServed(tw.leanMCP) > before
+			if served != !strings.Contains(tc.name, "(SDK)") {
 				t.Errorf("served on the lean path: %v", served)
 			}
 			ref := tw.post(t, tw.sdk, tc.path, tc.token, tc.body, tc.hdr...)
+			if served {
+				// The lean path's answer is whole when written: it goes with its length
+				// where the SDK, which may stream more events, chunks. The rest is the same.
+				if lean.header.Get("Content-Length") != fmt.Sprint(len(lean.body)) || lean.chunk != nil || !slices.Equal(ref.chunk, []string{"chunked"}) {
+					t.Errorf("lean: Content-Length %q, transfer encoding %v for a %d-byte body; sdk: %v",
+						lean.header.Get("Content-Length"), lean.chunk, len(lean.body), ref.chunk)
+				}
+				lean.header.Del("Content-Length")
+				lean.chunk = ref.chunk
+			}
 			if lean.status != ref.status || !slices.Equal(lean.chunk, ref.chunk) || fmt.Sprint(lean.header) != fmt.Sprint(ref.header) {
 				t.Errorf("lean: %d %v %v\nsdk:  %d %v %v", lean.status, lean.chunk, lean.header, ref.status, ref.chunk, ref.header)
 			}
@@ -239,4 +253,32 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestAppendString holds the lean path's string encoder to json.Marshal's, byte for
+// byte, over every ASCII byte, HTML, separators, invalid UTF-8 and random bytes.
+func TestAppendString(t *testing.T) {
+	cases := []string{"", "plain", `<a href="x">&amp;</a> "q" \ back`, "\u2028\u2029 é ✓ 𝄞", "\xff\xfe bad \xc3", "\xe2\x80", "tab\tnl\nnul\x00del\x7f"}
+	var all []byte
+	for c := range 256 {
+		all = append(all, byte(c))
+	}
+	cases = append(cases, string(all))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		cases = append(cases, string(b))
+	}
+	for _, s := range cases {
+		want, _ := json.Marshal(s)
+		if got := mcp.AppendString(nil, s); string(got) != string(want) {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
+		}
+		if got := mcp.AppendString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
+			t.Fatalf("AppendString(x, []byte(%q)) = %s, want x%s", s, got, want)
+		}
+	}
 }

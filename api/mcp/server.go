@@ -136,6 +136,15 @@ func toolsets(r *http.Request, tp *policy.Policy) []string {
 	return out
 }
 
+// toolsetEnabled reports whether the tenant's policy tp (nil: none) enables toolset,
+// as toolsets decides it.
+func toolsetEnabled(tp *policy.Policy, toolset string) bool {
+	if tp == nil || tp.Toolsets == nil {
+		return slices.Contains(policy.AllToolsets, toolset)
+	}
+	return slices.Contains(tp.Toolsets, toolset)
+}
+
 // server returns the cached *sdk.Server for the caller's tenant and toolsets.
 func (h *Handler) server(r *http.Request) *sdk.Server {
 	p := auth.PrincipalFromTokenInfo(mcpauth.TokenInfoFromContext(r.Context()))
@@ -148,10 +157,21 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 // serverFor returns the cached server for p's tenant and the request's toolsets.
 func (h *Handler) serverFor(r *http.Request, p *auth.Principal) *server {
 	tp, _ := h.cfg.Tenants.Policy(p.Tenant)
-	sets := toolsets(r, tp)
-	key := serverKey{p.Tenant, strings.Join(sets, ",")}
+	var sets []string
+	key := serverKey{tenant: p.Tenant}
+	if r.URL.RawQuery == "" { // toolsets(r, tp), without its allocations: core, if enabled
+		if toolsetEnabled(tp, policy.ToolsetCore) {
+			key.toolsets = policy.ToolsetCore
+		}
+	} else {
+		sets = toolsets(r, tp)
+		key.toolsets = strings.Join(sets, ",")
+	}
 	if s, ok := h.servers.Load(key); ok {
 		return s.(*server)
+	}
+	if sets == nil {
+		sets = toolsets(r, tp)
 	}
 	s := &server{sdk: sdk.NewServer(&sdk.Implementation{Name: "cws", Title: "cws — Coding Workspace Service", Version: version.Version},
 		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{}, Instructions: instructions}), tools: map[string]*workspace.Tool{}}
@@ -223,6 +243,19 @@ type callOutput struct {
 // call runs one tool call of p through the Service; bound is the URL's session id
 // (boundHeader), "" on /mcp.
 func (h *Handler) call(ctx context.Context, t *workspace.Tool, p *auth.Principal, bound string, args json.RawMessage, onOutput workspace.OutputFunc) (*callOutput, *jsonrpc.Error) {
+	res, rerr := h.run(ctx, t, p, bound, args, onOutput)
+	if rerr != nil {
+		return nil, rerr
+	}
+	body, err := json.Marshal(res.Value)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return &callOutput{text: Text(res.Value, body), structured: structured(body), note: res.Note, isError: res.IsError}, nil
+}
+
+// run is call's part in the Service: the result, not yet encoded.
+func (h *Handler) run(ctx context.Context, t *workspace.Tool, p *auth.Principal, bound string, args json.RawMessage, onOutput workspace.OutputFunc) (*workspace.Result, *jsonrpc.Error) {
 	start := time.Now()
 	if p == nil {
 		return nil, h.failed(ctx, "", "", t.Name, start, workspace.ErrForbidden)
@@ -242,11 +275,7 @@ func (h *Handler) call(ctx context.Context, t *workspace.Tool, p *auth.Principal
 	if err != nil {
 		return nil, h.failed(ctx, p.Tenant, id, t.Name, start, err)
 	}
-	body, err := json.Marshal(res.Value)
-	if err != nil {
-		return nil, rpcError(err)
-	}
-	return &callOutput{text: Text(res.Value, body), structured: structured(body), note: res.Note, isError: res.IsError}, nil
+	return res, nil
 }
 
 // sessionID picks the call's session: the URL's, else the token's session claim, else

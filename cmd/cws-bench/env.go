@@ -32,6 +32,16 @@ type env struct {
 	// through the workspace root the agent sends; nil with -local-reads=false.
 	localReads agent.LocalOpener
 
+	// The mcpproc section's settings: a prebuilt cws ("" builds one), the stores to
+	// run it with, and where its debug listener (CWS_PPROF_ADDR) listens and profiles
+	// go ("" for none).
+	cwsBin        string
+	procStores    []string
+	cwsPprof      string
+	cwsProfileDir string
+	cwsEnv        []string // KEY=VALUE for cws serve alone
+	cwsLogDir     string   // where cws serve's logs are kept; "" for a temporary directory
+
 	shared *box // nil until a section asks for it
 }
 

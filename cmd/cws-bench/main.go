@@ -2,6 +2,7 @@
 // prints the results as a markdown table (what `make bench` runs):
 //
 //	go run ./cmd/cws-bench [-image IMAGE] [-agent PATH] [-n SCALE] [-only a,b] [-transport auto|socket|exec] [-local-reads=false] [-list]
+//	go run ./cmd/cws-bench -only mcpproc [-cws bin/cws] [-proc-stores embedded,redis] [-cws-pprof 127.0.0.1:6061]
 //
 // Each measurement is a section (see section.go); sections share one sandbox of the
 // chosen image, created on first use and removed at the end. Progress goes to stderr,
@@ -54,6 +55,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process cws and the clients) to `file`")
 	transport := fs.String("transport", docker.TransportAuto, "path to the agents: auto, socket or exec (docker.Config.Transport)")
 	localReads := fs.Bool("local-reads", true, "let the in-process cws answer reads through the workspace root agents send on the socket path, as cws serve does by default (--local-reads)")
+	cwsBin := fs.String("cws", "", "cws binary the mcpproc section runs as `cws serve`; empty builds one (CGO_ENABLED=0 go build)")
+	procStores := fs.String("proc-stores", "embedded,redis", "session stores the mcpproc section runs cws serve with: embedded, redis (a private redis-server)")
+	cwsPprof := fs.String("cws-pprof", "", "mcpproc: give cws serve a debug listener at this loopback `addr` (CWS_PPROF_ADDR) and write CPU and allocation profiles of each measurement to -cws-profile-dir")
+	cwsProfileDir := fs.String("cws-profile-dir", ".", "mcpproc: directory of the profiles -cws-pprof takes")
+	cwsLogDir := fs.String("cws-log-dir", "", "mcpproc: keep cws serve's log (stderr and stdout) in this directory, as cws-STORE.log; empty: a temporary one")
+	cwsEnv := fs.String("cws-env", "", "mcpproc: comma-separated KEY=VALUE settings for cws serve's environment alone, e.g. GOGC=200 (this process keeps its own)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +108,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	e := &env{driver: d, execDriver: execDriver, transport: name, agentBin: *agentBin, image: *image, scale: *scale, progress: stderr}
 	if *localReads {
 		e.localReads = server.OpenLocal
+	}
+	e.cwsBin, e.cwsPprof, e.cwsProfileDir, e.cwsLogDir = *cwsBin, *cwsPprof, *cwsProfileDir, *cwsLogDir
+	for kv := range strings.SplitSeq(*cwsEnv, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			if !strings.Contains(kv, "=") {
+				return fmt.Errorf("-cws-env %q: want KEY=VALUE", kv)
+			}
+			e.cwsEnv = append(e.cwsEnv, kv)
+		}
+	}
+	for st := range strings.SplitSeq(*procStores, ",") {
+		if st = strings.TrimSpace(st); st != "" {
+			e.procStores = append(e.procStores, st)
+		}
 	}
 	defer e.close(ctx)
 
