@@ -62,6 +62,11 @@ func checkAgentPeer(c *net.UnixConn) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv(agent.EnvAgentUser) == "" && os.Geteuid() != 0 {
+		// Run unprivileged with no agent uid named: same-uid mode (a pod whose
+		// container runs as the tool user), where the agent is this very uid.
+		uid = os.Geteuid()
+	}
 	got, err := peerUID(c)
 	if err != nil {
 		return fmt.Errorf("agent socket %s: peer credentials: %w", socketName, err)

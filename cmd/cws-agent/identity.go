@@ -13,11 +13,16 @@ import (
 // its own (init dropped to CWS_AGENT_UID_GID): workspace files are then opened with the
 // tool user's permissions and made with its ownership, and every process serve starts
 // runs as the tool user (ident.Credential). An agent that is the tool user needs none
-// of it.
-func actAsTool(log *slog.Logger) error {
+// of it: in same-uid mode (sameUID) that is by design, and the tool processes' Landlock
+// domains keep them out (init.go); otherwise it is an older cws's container.
+func actAsTool(log *slog.Logger, sameUID bool) error {
 	uid, gid, err := parseUIDGID(os.Getenv("CWS_UID_GID"))
 	if err != nil {
 		return err
+	}
+	if sameUID {
+		// Nothing to take: the agent's own ids are the tool user's (ident.Same).
+		return ident.UseToolFS(ident.Tool{UID: os.Geteuid(), GID: os.Getegid()})
 	}
 	if os.Geteuid() == uid {
 		log.Warn("the agent runs as the tool user: workspace processes can signal and trace it", "uid", uid)

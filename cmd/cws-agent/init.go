@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,6 +27,53 @@ const agentStateDir = "/tmp/.cws-agent"
 // every process started), KILL to signal the tool user's processes (package ident).
 var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
+// Same-uid mode.
+//
+// Root mode (Docker) is described at runInit: init starts as root, and the agent's own
+// uid keeps every tool process away from it. A Kubernetes pod gives the agent none of
+// that: its container starts as the tool user itself (runAsUser 1000, runAsNonRoot,
+// every capability dropped, no_new_privs, a read-only root with emptyDirs at /tmp,
+// /.cws and /.cws-run). init tells the two apart by its uid: not root is same-uid mode,
+// where:
+//
+//   - nothing is chowned and nothing dropped: init, serve, the keeper and every tool
+//     process run as init's own uid:gid (CWS_UID_GID is set to it for serve), and
+//     package ident takes no tool identity (no Credential, no setfsuid);
+//   - the secret of the socket path comes from /.cws-run/secret (written by the pod's
+//     init container) and the file is removed at once, before any tool process exists;
+//     it reaches serve through a pipe, never an environment (handoff.go);
+//   - init binds the abstract socket @cws-agent and the TCP listener (agent.EnvListen,
+//     behind the secret handshake: how cws reaches a pod) itself, once, and hands both
+//     to every serve it starts: no tool process can take them while serve restarts;
+//   - serve restarts when it dies, and starts the keeper, as in root mode; the keeper
+//     and serve prove a key of init's to each other on every connection (keep.SetKey),
+//     since its socket is in a directory the tools can reach.
+//
+// What keeps the tools out of the agent's reach, instead of a uid:
+//
+//   - every agent process (init, serve, keep, attach, revive) is not dumpable
+//     (dumpable.go): its /proc entries belong to root, and reading its environment,
+//     memory or descriptors, or tracing it, needs CAP_SYS_PTRACE, which nothing in the
+//     pod has;
+//   - every process serve starts for the tools (commands, terminals, background
+//     processes, language servers, the git and rg the tools run) starts in a Landlock
+//     domain of its own scoped for signals and abstract unix sockets (Landlock ABI 6:
+//     server.Config.SameUID, launch.Ruleset.StartVia): it can't signal any agent
+//     process, trace it, or connect to @cws-agent. The launcher (`cws-agent launch`)
+//     restricts itself and execs the command, so that no thread of serve is ever in
+//     that domain (a throwaway thread of serve's would be, for long enough to be
+//     stopped or killed: launch/scope.go). That costs a start of the launcher per
+//     command. Without Landlock scopes serve says so in its log and in ping
+//     (agent.PingResult.Scoped) and goes on, reachable.
+//
+// What same-uid mode can't protect, that root mode does: the agent's files. Its state
+// on /tmp (request outcomes, the keeper's records and socket) and /.cws-run are the
+// tool user's as much as the agent's: a tool can read, change or remove them (the
+// keeper's key turns a forged keeper into a refusal, not a takeover). Processes of
+// different calls are in different domains, so one command can't signal another
+// call's background process (killProcess can); and a `kubectl exec` as the pod's user
+// runs in no domain, so it can signal the agent as any operator could.
+
 // runInit is the container's PID 1. It starts as root (with only CHOWN, SETUID, SETGID
 // and KILL) and, while it is root, hands /workspace to the tool uid and the agent's own
 // directories (/.cws-run, its state on /tmp) to the agent uid. It then drops to the
@@ -34,8 +82,12 @@ var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 //
 // The agent uid is not the tool uid: nothing the workspace runs can signal, trace or
 // read the agent. A container made without CWS_AGENT_UID_GID (an older cws) runs the
-// agent as the tool uid, as before.
+// agent as the tool uid, as before. Started without root, init runs in same-uid mode
+// (above).
 func runInit(args []string) error {
+	if err := applyRlimits(); err != nil {
+		return err
+	}
 	uid, gid, err := parseUIDGID(os.Getenv("CWS_UID_GID"))
 	if err != nil {
 		return fmt.Errorf("CWS_UID_GID: %w", err)
@@ -44,8 +96,15 @@ func runInit(args []string) error {
 	if ws == "" {
 		ws = "/workspace"
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent init")
+	var h handoff // what every serve started gets (handoff.go)
 	separate := false
-	if os.Getuid() == 0 {
+	if os.Getuid() != 0 {
+		// Same-uid mode: see the top of this file.
+		if err := sameUIDInit(log, &h); err != nil {
+			return err
+		}
+	} else {
 		if err := handOver(ws, uid, gid); err != nil {
 			return err
 		}
@@ -76,6 +135,11 @@ func runInit(args []string) error {
 			return err
 		}
 	}
+	secret := h.secrets.Secret
+	if !h.sameUID {
+		secret = os.Getenv(agent.EnvSecret)
+	}
+	h.tcp = listenTCP(log, secret)
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	self, err := os.Executable()
@@ -87,7 +151,12 @@ func runInit(args []string) error {
 		cmd := exec.Command(self, "serve")
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		cmd.Env = os.Environ()
-		if err := cmd.Start(); err != nil {
+		done, err := h.prepare(cmd)
+		if err == nil {
+			err = cmd.Start()
+			done()
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "cws-agent init: start serve: %v\n", err)
 			return
 		}

@@ -4,6 +4,7 @@
 //	cws-agent serve    serves the agent protocol on the abstract socket @cws-agent, and on
 //	                   /.cws-run/agent.sock (proven by CWS_AGENT_SECRET) when cws mounted it
 //	cws-agent attach   bridges stdio to that socket (what cws runs with `docker exec`)
+//	cws-agent install  copies itself (and the socket secret) where a pod's workspace container finds it
 //	cws-agent revive   continues a stopped agent and restarts serve (cws runs it when the agent stops answering)
 //	cws-agent launch   restricts itself with Landlock, then execs a command (package launch)
 //	cws-agent keep     keeps serve's background processes and their output, outliving serve
@@ -33,6 +34,11 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
+	if agentProcess(os.Args[1]) {
+		// First thing, before it holds anything: no process of the tool user may read
+		// its /proc entries or trace it (dumpable.go).
+		setNonDumpable()
+	}
 	var err error
 	switch os.Args[1] {
 	case "init":
@@ -43,6 +49,8 @@ func main() {
 		err = runAttach(os.Args[2:])
 	case "revive":
 		err = runRevive(os.Args[2:])
+	case "install":
+		err = runInstall(os.Args[2:])
 	case keep.Command:
 		err = runKeep(os.Args[2:])
 	case launch.Command:
@@ -73,6 +81,8 @@ Usage:
   cws-agent serve     serve the agent protocol on the abstract socket @cws-agent (and on
                       /.cws-run/agent.sock, behind a secret handshake, when cws mounted it)
   cws-agent attach    bridge stdin/stdout to the agent (used by cws through docker exec)
+  cws-agent install   copy this binary into a directory, and the socket secret into
+                      /.cws-run (a Kubernetes pod's init container runs it)
   cws-agent revive    continue a stopped agent and restart serve (used by cws when the agent
                       stops answering)
   cws-agent launch    restrict execution with Landlock, then exec a command (by hand: serve

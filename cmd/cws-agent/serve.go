@@ -33,16 +33,27 @@ func runServe(args []string) error {
 	}
 	keep.WarmThreads(warmThreads)
 	followCPULimit()
+	// What init handed over (handoff.go): in same-uid mode the secrets, through a pipe;
+	// the listeners it holds.
+	in, err := takeInherited()
+	if err != nil {
+		return err
+	}
 	// The secret of the socket path: read once, and gone from the environment so that
 	// nothing this process starts can inherit it (commands get a built environment anyway).
 	secret := os.Getenv(agent.EnvSecret)
 	os.Unsetenv(agent.EnvSecret)
+	if in.sameUID {
+		secret = in.secrets.Secret
+		// The keeper runs as this same uid: it and serve prove its key to each other.
+		keep.SetKey([]byte(in.secrets.KeeperKey))
+	}
 	root := os.Getenv("CWS_WORKSPACE")
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir, ProcDir: procDir})
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir, ProcDir: procDir, SameUID: in.sameUID})
 	if err != nil {
 		return err
 	}
@@ -51,22 +62,45 @@ func runServe(args []string) error {
 	} else {
 		log.Warn("Landlock is unavailable: commands of a policy with allowedCommands run unenforced (or are refused under requireLandlock)")
 	}
-	l, err := net.Listen("unix", socketName)
-	if err != nil {
-		return err
+	if in.sameUID {
+		if scoped, err := srv.Scoped(); scoped {
+			log.Info("same-uid mode: every tool process starts in a Landlock domain of its own, scoped for signals and abstract sockets", "uid", os.Geteuid())
+		} else {
+			log.Warn("same-uid mode WITHOUT Landlock scopes: the agent shares the tools' uid and nothing keeps them from signalling or tracing it", "err", err)
+		}
+	}
+	l := in.unix
+	if l == nil {
+		if l, err = net.Listen("unix", socketName); err != nil {
+			return err
+		}
 	}
 	l = peerListener{l.(*net.UnixListener), log}
 	log.Info("agent listening", "socket", socketName, "uid", os.Getuid(), "version", version.Version)
 	sl := listenRunDir(log, secret)
+	tl := in.tcp
+	if tl == nil && secret != "" && os.Getenv(agent.EnvListen) != "" {
+		// No init held it (a serve started by hand): listen here.
+		if tl, err = net.Listen("tcp", os.Getenv(agent.EnvListen)); err != nil {
+			log.Warn("not listening on TCP", "addr", os.Getenv(agent.EnvListen), "err", err)
+			tl = nil
+		}
+	}
 	// The socket and the state directory are the agent's own; from here on every
 	// thread opens files as the tool user (package ident).
-	if err := actAsTool(log); err != nil {
+	if err := actAsTool(log, in.sameUID); err != nil {
 		return err
 	}
-	if sl != nil {
+	for _, ln := range []net.Listener{sl, tl} {
+		if ln == nil {
+			continue
+		}
+		if ln == tl {
+			log.Info("agent listening on TCP, behind the secret handshake", "addr", tl.Addr().String())
+		}
 		go func() {
-			if err := srv.ServeSecret(sl, []byte(secret)); err != nil {
-				log.Warn("agent socket stopped", "err", err)
+			if err := srv.ServeSecret(ln, []byte(secret)); err != nil {
+				log.Warn("agent socket stopped", "addr", ln.Addr().String(), "err", err)
 			}
 		}()
 	}
@@ -77,6 +111,9 @@ func runServe(args []string) error {
 		l.Close()
 		if sl != nil {
 			sl.Close()
+		}
+		if tl != nil {
+			tl.Close()
 		}
 		srv.Close()
 	}()

@@ -56,6 +56,14 @@ type PingResult struct {
 	// Landlock is the kernel's Landlock ABI version the agent enforces ExecPolicy
 	// with; 0 means unavailable, and restricted commands run unenforced.
 	Landlock int `json:"landlock"`
+	// SameUID: the agent runs as the tool user (no uid of its own, no capability, as
+	// in a Kubernetes pod); only Scoped keeps the tools from reaching it.
+	SameUID bool `json:"sameUID,omitempty"`
+	// Scoped: every process the agent starts for the tools is in a Landlock domain
+	// scoped for signals and abstract unix sockets (Landlock ABI ≥ 6), so none can
+	// signal, trace or read the agent. SameUID without Scoped is an agent the tools
+	// can reach.
+	Scoped bool `json:"scoped,omitempty"`
 }
 
 // FileInfo describes one file. Path is workspace-relative and slash-separated.

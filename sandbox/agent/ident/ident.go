@@ -18,6 +18,13 @@
 // signal the user's processes, which no longer share its uid). They are in its
 // permitted and effective sets only, never inheritable or ambient, so nothing it
 // starts gets them; no-new-privileges keeps any later exec from gaining more.
+//
+// Same-uid mode (a Kubernetes pod: the agent starts as the tool user, with no
+// capability at all) has nothing to switch: UseToolFS of the agent's own ids changes
+// nothing and takes no tool identity, so Credential is nil (processes inherit the
+// agent's own credentials, which are the tool user's; a Credential would call
+// setgroups, which needs CAP_SETGID) and Private runs its function as it is. What keeps
+// the tools from the agent there is a scoped Landlock domain (package launch).
 package ident
 
 import (
@@ -46,7 +53,13 @@ func Current() (Tool, bool) {
 // UseToolFS gives every thread of the process the tool user's fs identity. Threads
 // created later inherit it from the thread that creates them. It needs CAP_SETUID and
 // CAP_SETGID; the kernel reports success either way, so the result is read back.
+// When t is the process's own effective uid and gid (same-uid mode) there is nothing
+// to take: it succeeds without a capability and takes no tool identity.
 func UseToolFS(t Tool) error {
+	if Same(t) {
+		tool.Store(nil)
+		return nil
+	}
 	if err := allThreads(syscall.SYS_SETFSGID, t.GID); err != nil {
 		return err
 	}
@@ -84,12 +97,17 @@ func Private(fn func() error) error {
 	return fn()
 }
 
+// Same reports whether t is the process's own effective uid and gid: the agent is the
+// tool user (same-uid mode).
+func Same(t Tool) bool { return t.UID == syscall.Geteuid() && t.GID == syscall.Getegid() }
+
 // Credential is what a process the agent starts runs as: the tool user, with the tool
-// group as its only group. nil while no tool identity was taken (the process's own
-// identity is then inherited, as before).
+// group as its only group. nil while no tool identity was taken, or when the tool user
+// is the process's own (the process's own identity is then inherited, as before: a
+// Credential, even of the same ids, would call setgroups, which needs CAP_SETGID).
 func Credential() *syscall.Credential {
 	t, ok := Current()
-	if !ok {
+	if !ok || Same(t) {
 		return nil
 	}
 	return &syscall.Credential{Uid: uint32(t.UID), Gid: uint32(t.GID), Groups: []uint32{uint32(t.GID)}}

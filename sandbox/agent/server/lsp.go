@@ -46,7 +46,11 @@ func (s *Server) lspManager() *lsp.Manager {
 				env = append(env, k+"="+v)
 			}
 		}
-		s.lsp.m = lsp.New(lsp.Config{Root: s.ws.Dir(), Env: env, IdleTimeout: s.cfg.LSPIdle, Log: s.log})
+		cfg := lsp.Config{Root: s.ws.Dir(), Env: env, IdleTimeout: s.cfg.LSPIdle, Log: s.log}
+		if s.exec.Scope != nil {
+			cfg.Start = s.exec.StartScoped // in a scoped domain of its own
+		}
+		s.lsp.m = lsp.New(cfg)
 	})
 	return s.lsp.m
 }

@@ -58,6 +58,14 @@ type Config struct {
 	// ReleaseIdle gives freed memory back to the OS once no call has run for this long
 	// (idle.go); 0 means 2 seconds, negative never.
 	ReleaseIdle time.Duration
+	// SameUID says the agent runs as the tool user itself (no uid of its own, no
+	// capability: a Kubernetes pod). Then every process it starts for the tools (with
+	// a Launcher, and where Landlock scopes domains: launch.ScopeABI) starts inside a
+	// scoped Landlock domain of its own, which keeps it from signalling, tracing or
+	// reading the agent and from its abstract sockets: through the Launcher, which
+	// restricts itself and execs the command (exec.Runner.Scope). Without such a kernel
+	// the tools can reach the agent: Scoped says so.
+	SameUID bool
 }
 
 // Server serves agent operations. The background processes are the Server's keeper's
@@ -77,6 +85,9 @@ type Server struct {
 	// landlock is the Landlock ABI commands are restricted with; 0: commands with an
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	landlock int
+	// scoped: every tool process starts in a scoped Landlock domain (Config.SameUID).
+	scoped   bool
+	scopeErr error   // why SameUID could not scope them
 	lsp      lspHost // the language servers (lsp.go)
 	idle     *idleRelease
 
@@ -103,7 +114,22 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.exec = &exec.Runner{WS: ws, BaseEnv: cfg.BaseEnv, Landlock: s.landlock}
 	if s.landlock > 0 {
-		s.exec.Rulesets = launch.NewCache(agent.SafePath, 0)
+		var scoped uint64
+		if cfg.SameUID {
+			if scoped = launch.Scopes(); scoped == 0 {
+				s.scopeErr = fmt.Errorf("Landlock ABI %d can't scope a domain (ABI %d can)", s.landlock, launch.ScopeABI)
+			} else if rs, err := launch.NewScopeRuleset(scoped); err != nil {
+				s.scopeErr, scoped = err, 0
+			} else {
+				s.exec.Scope, s.exec.Launcher, s.scoped = rs, cfg.Launcher, true
+			}
+		}
+		s.exec.Rulesets = launch.NewScopedCache(agent.SafePath, 0, scoped)
+	} else if cfg.SameUID {
+		s.scopeErr = errors.New("Landlock is unavailable")
+		if cfg.Launcher == "" {
+			s.scopeErr = errors.New("no Launcher: Landlock is off")
+		}
 	}
 	s.files = &fs.Handlers{WS: ws, Wrote: s.lspWrote}
 	s.search = &search.Handler{WS: ws}
@@ -310,9 +336,14 @@ func doneFrame(res any, err error) (*agent.Header, []byte) {
 }
 
 func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *op.Responder) (any, error) {
-	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock}, nil
+	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock,
+		SameUID: s.cfg.SameUID, Scoped: s.scoped}, nil
 }
 
 // Landlock returns the Landlock ABI version commands are restricted with, 0 when they
 // run unenforced (no Landlock, or no Launcher configured).
 func (s *Server) Landlock() int { return s.landlock }
+
+// Scoped reports whether every tool process starts inside a scoped Landlock domain
+// (Config.SameUID); when SameUID asked for it and it can't, err says why.
+func (s *Server) Scoped() (scoped bool, err error) { return s.scoped, s.scopeErr }

@@ -42,6 +42,14 @@ type Runner struct {
 	// ExecPolicy run unenforced (or are refused when it requires Landlock).
 	Landlock int
 	Rulesets *launch.Cache // each ExecPolicy's Landlock ruleset; nil without Landlock
+	// Scope, when set, is the scope-only ruleset (launch.NewScopeRuleset) every command
+	// without an ExecPolicy is restricted with, and Rulesets then scope the domains of
+	// the commands with one alike: each command starts through Launcher (the agent's
+	// binary, `launch -ruleset-fd`), in a scoped Landlock domain of its own that no
+	// thread of the agent is in (same-uid mode: launch.Ruleset.StartVia). nil: commands
+	// without a policy start unrestricted, those with one from a throwaway thread.
+	Scope    *launch.Ruleset
+	Launcher string
 }
 
 // Command prepares argv to run without a shell in a workspace directory, in its own

@@ -280,6 +280,10 @@ func (c *Client) dial() (*net.UnixConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process keeper: %w", err)
 	}
+	if err := proveKeeper(conn); err != nil { // key.go
+		conn.Close()
+		return nil, err
+	}
 	return conn, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,6 +67,9 @@ func run(args []string, log *slog.Logger, ready, running func()) error {
 		return errors.New("usage: cws-agent keep <absolute directory>")
 	}
 	dir := args[0]
+	if err := takeKey(); err != nil { // key.go
+		return err
+	}
 	WarmThreads(warmThreads)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -117,6 +121,16 @@ func Start(bin, dir string) error {
 	cmd.Env = []string{"GOMAXPROCS=1"} // a few pipes to read: one P, fewer threads
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{w} // statusFD
+	kr, err := keyPipe()           // key.go
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("start the process keeper: %w", err)
+	}
+	if kr != nil {
+		defer kr.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, kr)
+		cmd.Env = append(cmd.Env, envKeyFD+"="+strconv.Itoa(statusFD+1))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = ident.Private(cmd.Start)
 	w.Close()

@@ -94,9 +94,14 @@ func (k *Keeper) Serve(l *net.UnixListener) error {
 	}
 }
 
-// serveConn answers the calls of one connection, one after the other.
+// serveConn answers the calls of one connection, one after the other, once its caller
+// proved the key, if there is one (key.go).
 func (k *Keeper) serveConn(c *net.UnixConn) {
 	defer c.Close()
+	if err := proveServe(c); err != nil {
+		k.log.Warn("process keeper: refused a connection", "err", err)
+		return
+	}
 	for {
 		req, fds, err := readRequest(c)
 		if err != nil {

@@ -23,8 +23,9 @@ import (
 // container nothing there changes; elsewhere a change made while an entry is being
 // built can go unseen, as it could between resolving and enforcing without a cache.
 type Cache struct {
-	path string // the PATH list names are looked up on
-	max  int    // entries kept; the least recently used goes first
+	path   string // the PATH list names are looked up on
+	max    int    // entries kept; the least recently used goes first
+	scoped uint64 // the scopes every ruleset's domain has (NewScopedRuleset)
 
 	mu    sync.Mutex
 	m     map[string]*entry
@@ -45,6 +46,15 @@ func NewCache(path string, max int) *Cache {
 		max = 16
 	}
 	return &Cache{path: path, max: max, m: map[string]*entry{}}
+}
+
+// NewScopedCache is NewCache whose rulesets also scope their domains (Scopes): a
+// command started under any of them can't signal, nor connect to an abstract unix
+// socket of, a process outside its domain.
+func NewScopedCache(path string, max int, scoped uint64) *Cache {
+	c := NewCache(path, max)
+	c.scoped = scoped
+	return c
 }
 
 // Start is Ruleset.Start under the ruleset that lets only programs (looked up on the
@@ -98,7 +108,7 @@ func (c *Cache) build(programs, dirs []string, exclude string) (*entry, error) {
 	watch := compact(append(filepath.SplitList(c.path), dirs...))
 	ids := identify(watch) // before resolving: a change while resolving shows next time
 	files, through := resolve(programs, c.path, exclude)
-	rs, err := NewRuleset(files, dirs)
+	rs, err := NewScopedRuleset(files, dirs, c.scoped)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,12 @@
 // Only execution is restricted: the ruleset handles LANDLOCK_ACCESS_FS_EXECUTE, and
 // LANDLOCK_ACCESS_FS_REFER granted on "/" (a ruleset denies moving files between
 // directories unless it grants REFER). Reads and writes stay unrestricted.
+//
+// When the agent shares the tools' uid (same-uid mode) the rulesets also scope their
+// domains (signals, abstract unix sockets: scope.go), and a command without a policy
+// gets a scope-only ruleset; there every command starts through Main instead
+// (Ruleset.StartVia, `launch -ruleset-fd`), so that no thread of the agent's is ever in
+// a command's domain.
 package launch
 
 import (
@@ -44,6 +50,8 @@ func ABI() int {
 // Main is `cws-agent launch [-p NAME]… [-d DIR]… [-x DIR] [-status-fd N] -- FILE ARGV0 ARGS…`:
 // it restricts the process to executing the programs NAME (looked up on agent.SafePath)
 // and the trees DIR, then execs FILE with ARGV0 ARGS… and the current environment.
+// With -ruleset-fd N it restricts the process with the ruleset on descriptor N
+// instead (what the agent hands over: Ruleset.StartVia).
 // It returns only on failure, after writing the error to the status fd if one is given
 // (close-on-exec: whoever started it reads EOF once the command runs).
 func Main(args []string) error {
@@ -53,6 +61,7 @@ func Main(args []string) error {
 	fs.Var(&dirs, "d", "a tree whose files may execute (repeatable)")
 	exclude := fs.String("x", "", "never grant files beneath this directory (the workspace)")
 	statusFD := fs.Int("status-fd", -1, "report a failure on this file descriptor")
+	rulesetFD := fs.Int("ruleset-fd", -1, "restrict with this Landlock ruleset (a descriptor handed over, Ruleset.StartVia) instead of -p, -d and -x")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +70,18 @@ func Main(args []string) error {
 		syscall.CloseOnExec(*statusFD)
 		status = os.NewFile(uintptr(*statusFD), "status")
 	}
-	err := run(progs, dirs, *exclude, fs.Args())
+	var err error
+	if *rulesetFD >= 0 {
+		// The command must not inherit the ruleset: close-on-exec.
+		syscall.CloseOnExec(*rulesetFD)
+		if rest := fs.Args(); len(rest) < 2 {
+			err = errors.New("usage: launch -ruleset-fd N -- FILE ARGV0 [ARGS…]")
+		} else {
+			err = (&Ruleset{fd: *rulesetFD}).Exec(rest[0], rest[1:], os.Environ())
+		}
+	} else {
+		err = run(progs, dirs, *exclude, fs.Args())
+	}
 	if status != nil {
 		fmt.Fprint(status, err)
 	}

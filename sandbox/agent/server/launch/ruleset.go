@@ -24,15 +24,25 @@ type Ruleset struct {
 // symlinks resolved. Missing dirs are skipped; a missing file is an error. It fails
 // where Landlock is unavailable.
 func NewRuleset(files, dirs []string) (*Ruleset, error) {
+	return NewScopedRuleset(files, dirs, 0)
+}
+
+// NewScopedRuleset is NewRuleset whose domain is also scoped (Scopes): a process it
+// restricts can't signal, nor connect to an abstract unix socket of, any process
+// outside its domain. scoped 0 is NewRuleset; other scopes need ABI ≥ ScopeABI.
+func NewScopedRuleset(files, dirs []string, scoped uint64) (*Ruleset, error) {
 	abi := ABI()
 	if abi == 0 {
 		return nil, errors.New("landlock is unavailable")
+	}
+	if scoped != 0 && abi < ScopeABI {
+		return nil, fmt.Errorf("landlock ABI %d can't scope a domain (ABI %d can)", abi, ScopeABI)
 	}
 	handled := uint64(ll.AccessFSExecute)
 	if abi >= 2 {
 		handled |= ll.AccessFSRefer
 	} // ABI 1 cannot grant REFER: files can't move between directories there.
-	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: handled}, 0)
+	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: handled, Scoped: scoped}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("landlock: create ruleset: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -53,7 +54,11 @@ type Config struct {
 	// it), read for WarmMemory and the pids limit; "" means /sys/fs/cgroup. A limit that
 	// cannot be read is no limit.
 	Cgroup string
-	Log    *slog.Logger
+	// Start, when set, starts a server's process in place of exec.Cmd.Start (in a
+	// scoped Landlock domain of its own, through the agent's launcher: same-uid mode).
+	// Either way it is started from a thread held until the process ends.
+	Start func(*exec.Cmd) error
+	Log   *slog.Logger
 }
 
 // Backoff between restarts of a server that keeps crashing: the first restart is

@@ -130,7 +130,7 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	exited, err := startHeld(cmd)
+	exited, err := startHeld(cmd, m.cfg.Start)
 	if err != nil {
 		return nil, fmt.Errorf("start %s for %s: %w", bin, lang.Name, err)
 	}
@@ -163,13 +163,17 @@ func (m *Manager) start(ctx context.Context, lang *Language) (*server, error) {
 // startHeld starts cmd from a thread that stays locked to it until the process ends,
 // and returns its Wait's outcome: the kernel sends the Pdeathsig when the thread that
 // forked the process ends, not the agent, and the agent does end threads (package
-// launch forks each restricted command from a thread it then discards).
-func startHeld(cmd *exec.Cmd) (<-chan error, error) {
+// launch forks each restricted command from a thread it then discards). start, when
+// not nil, is what starts it (Config.Start) in place of cmd.Start.
+func startHeld(cmd *exec.Cmd, start func(*exec.Cmd) error) (<-chan error, error) {
 	started, exited := make(chan error, 1), make(chan error, 1)
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		if err := start(cmd); err != nil {
 			started <- err
 			return
 		}

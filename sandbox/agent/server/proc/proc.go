@@ -167,6 +167,11 @@ func (h *Handlers) Kill(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	// The process may be another serve's child: serve signals its group as the tool
 	// user's processes are signaled (package ident), and the keeper says when it ended.
 	pgid := p.PID
+	if pgid <= 1 || pgid == os.Getpid() {
+		// Never a group serve started (each is its own, led by a process of its
+		// making): -1 would signal every process serve may signal.
+		return nil, agent.Errorf(agent.CodeInternal, "", "background process %s has no process group of its own (pid %d): not signalled", a.ID, pgid)
+	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	deadline, killed := time.Now().Add(grace), false
 	for p.Running {
