@@ -6,12 +6,10 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/cwsdev/cws/internal/testenv"
-	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent/tartest"
 )
 
@@ -32,16 +30,12 @@ func TestArchiveUploadAllOrNothing(t *testing.T) {
 	id := decode[sessionView](t, r).ID
 
 	// The container, for looking at /workspace behind cws's back.
-	out, err := exec.Command("docker", "ps", "-q", "--filter", "label="+sandbox.LabelSession+"="+id).Output()
-	ctr := strings.TrimSpace(string(out))
-	if err != nil || ctr == "" || strings.Contains(ctr, "\n") {
-		t.Fatalf("container of session %s: %q %v", id, out, err)
-	}
+	ctr := boxOf(t, id)
 	sh := func(t *testing.T, script string) string {
 		t.Helper()
-		out, err := exec.Command("docker", "exec", "-u", "1000", "-w", "/workspace", ctr, "sh", "-c", script).CombinedOutput()
+		out, err := boxExec(ctr, "/workspace", "sh", "-c", script)
 		if err != nil {
-			t.Fatalf("docker exec %q: %v\n%s", script, err, out)
+			t.Fatalf("exec %q in the sandbox: %v\n%s", script, err, out)
 		}
 		return string(out)
 	}

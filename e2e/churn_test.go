@@ -21,6 +21,7 @@ const (
 // time, and checks that nothing is left: no container, no workspace volume, no
 // session. The timing is logged, not asserted.
 func TestChurn(t *testing.T) {
+	dockerOnly(t, "counts leftovers on the Docker engine")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	srv := startCWS(t, fx, testenv.Redis(t), freeAddr(t))

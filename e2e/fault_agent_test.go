@@ -29,6 +29,7 @@ done; echo $n`
 // agent cuts every stream at once, and the reconnect falls back to the exec stream
 // until the agent listens again, so that path is crossed too.
 func TestFaultAgentKilled(t *testing.T) {
+	dockerOnly(t, "kills the agent with docker exec as root, per Docker transport (kube_test.go kills pods)")
 	requireRealDeps(t)
 	t.Run("exec", func(t *testing.T) { faultAgentKilled(t, "exec", "attach", "serve") })
 	t.Run("socket", func(t *testing.T) { faultAgentKilled(t, "socket", "serve") })

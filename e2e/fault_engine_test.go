@@ -25,6 +25,7 @@ const OwnEngineEnv = "CWS_TEST_OWN_ENGINE"
 // without any call. A container removed behind cws's back is a lost session: -32001
 // with data.reason "session_lost", never a new empty session under the same id.
 func TestFaultDockerStop(t *testing.T) {
+	dockerOnly(t, "stops the Docker engine")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--reap-every", "2s")

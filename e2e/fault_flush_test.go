@@ -20,6 +20,7 @@ import (
 // across the replicas, and a session whose deletion was cut short after its container
 // was marked never comes back.
 func TestFaultFlushAll(t *testing.T) {
+	dockerOnly(t, "reads Docker's containers behind cws")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	redisURL := testenv.Redis(t)

@@ -25,6 +25,7 @@ import (
 // killed by the memory limit says "oom" with a hint; a write that fills the disk
 // fails naming the limit, and the old file is whole.
 func TestFaultOOMAndDiskFull(t *testing.T) {
+	dockerOnly(t, "provokes OOM and a full disk through the Docker driver itself")
 	requireRealDeps(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

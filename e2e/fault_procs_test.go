@@ -22,6 +22,7 @@ import (
 // new ids. After a container restart, which nothing survives, readProcessOutput says
 // the process was lost with the agent.
 func TestFaultServeKilledKeepsProcesses(t *testing.T) {
+	dockerOnly(t, "kills serve with docker exec as root and restarts the container")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	p := startCWS(t, fx, testenv.Redis(t), freeAddr(t))

@@ -18,6 +18,7 @@ import (
 // exits, and the session, its container and its background process are untouched: a
 // new cws serves them.
 func TestFaultSIGTERMDuringCall(t *testing.T) {
+	dockerOnly(t, "reads the container with docker exec")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	redisURL, addr := testenv.Redis(t), freeAddr(t)

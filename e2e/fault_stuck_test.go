@@ -43,6 +43,7 @@ const (
 // the next call; and a cws started after the agent stopped (no connection to it yet)
 // keeps the same bounds.
 func TestFaultAgentStopped(t *testing.T) {
+	dockerOnly(t, "stops the agent with docker exec as root, per Docker transport")
 	requireRealDeps(t)
 	for _, tc := range []stuckCase{
 		{transport: "socket", stop: []string{"serve"}, mcp: true},

@@ -58,6 +58,7 @@ git config core.hooksPath hooks
 // control) does create it. The git tools hold a tenant with no allowed command to git.
 // Allowed programs, git's builtins and a #!/usr/bin/env python3 program still work.
 func TestLandlock(t *testing.T) {
+	dockerOnly(t, "drives the Docker driver directly")
 	requireRealDeps(t)
 	e := newLandlockEnv(t)
 

@@ -1,42 +1,30 @@
 package e2e_test
 
 import (
-	"context"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-
 	"github.com/cwsdev/cws/internal/testenv"
-	"github.com/cwsdev/cws/sandbox"
 )
 
 // leakSecret is the content of acme's denied .env in TestDeniedPathsDocker.
 const leakSecret = "S3CRET-e2e"
 
-// containerOf finds the container of a session by its label.
+// containerOf finds the sandbox of a session: its container, or its pod.
 func containerOf(t *testing.T, session string) string {
 	t.Helper()
-	cli := engine(t)
-	cs, err := cli.ContainerList(context.Background(), container.ListOptions{
-		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+session))})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("container of %s: %v (%d found)", session, err, len(cs))
-	}
-	return cs[0].ID
+	return boxOf(t, session)
 }
 
 // inContainer runs a command in the workspace container as the workspace user, the way a
 // process an allowed command left behind would (ln is not one of acme's commands).
 func inContainer(t *testing.T, id string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("docker", append([]string{"exec", "-u", "1000", "-w", "/workspace", id}, args...)...).CombinedOutput()
+	out, err := boxExec(id, "/workspace", args...)
 	if err != nil {
-		t.Fatalf("docker exec %v: %v: %s", args, err, out)
+		t.Fatalf("exec %v in the sandbox: %v: %s", args, err, out)
 	}
 	return string(out)
 }
@@ -121,7 +109,7 @@ func TestDeniedPathsDocker(t *testing.T) {
 
 	t.Run("swapped links", func(t *testing.T) {
 		// A loop in the container flips x between a file and a symlink to .env.
-		flip := exec.Command("docker", "exec", "-u", "1000", "-w", "/workspace", ctr, "sh", "-c",
+		flip := boxCommand(ctr, "/workspace", "sh", "-c",
 			`end=$(($(date +%s)+20)); while [ $(date +%s) -lt $end ] && [ ! -e stop ]; do
 				rm -f x; echo public > x; rm -f x; ln -s .env x; done`)
 		if err := flip.Start(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -182,7 +181,7 @@ func TestLSPToolsDocker(t *testing.T) {
 
 	t.Run("server crash", func(t *testing.T) {
 		ctr := containerOf(t, id)
-		if out, err := exec.Command("docker", "exec", "-u", "1000", ctr, "pkill", "-KILL", "-x", "gopls").CombinedOutput(); err != nil {
+		if out, err := boxExec(ctr, "/", "pkill", "-KILL", "-x", "gopls"); err != nil {
 			t.Fatalf("pkill gopls: %v %s", err, out)
 		}
 		if h := raw(t, "get_hover", map[string]any{"file_path": "main.go", "line": 6, "character": 6}); !strings.Contains(h, "func Hello(name string) string") {

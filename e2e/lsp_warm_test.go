@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +37,7 @@ func TestLSPWarmAndProjectsDocker(t *testing.T) {
 	id := decode[sessionView](t, r).ID
 	ctr := containerOf(t, id)
 	servers := func() string {
-		out, _ := exec.Command("docker", "exec", ctr, "sh", "-c", "pgrep -l -x 'gopls|node' || true").Output()
+		out, _ := boxExec(ctr, "/", "sh", "-c", "pgrep -l -x 'gopls|node' || true")
 		return strings.TrimSpace(string(out))
 	}
 	if s := servers(); s != "" {
@@ -50,7 +49,7 @@ func TestLSPWarmAndProjectsDocker(t *testing.T) {
 		res, err := c.callRaw(tool, args, nil)
 		if err != nil {
 			logs, _ := c.callRaw("get_server_logs", map[string]any{"limit": 60, "min_level": "debug"}, nil)
-			out, _ := exec.Command("docker", "logs", "--tail", "40", ctr).CombinedOutput()
+			out := sandboxLogs(ctr)
 			t.Fatalf("%s %v: %v\nserver logs: %s\nagent: %s", tool, args, err, text(logs), out)
 		}
 		if res.IsError {
@@ -112,7 +111,7 @@ func TestLSPWarmAndProjectsDocker(t *testing.T) {
 		}
 		// The writes showed a project (package.json): its server starts before any call.
 		for i := 0; ; i++ {
-			out, _ := exec.Command("docker", "exec", ctr, "pgrep", "-f", "typescript-language-server").Output()
+			out, _ := boxExec(ctr, "/", "pgrep", "-f", "typescript-language-server")
 			if len(out) > 0 {
 				break
 			}

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: built cws and cws-agent in %s\n", time.Since(start).Round(time.Millisecond))
 	}
 	code := m.Run()
+	if onKube() {
+		_, _ = kubectl("delete", "ns", kubeNamespace, "--wait=false", "--ignore-not-found")
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -23,6 +23,7 @@ import (
 // tenant and subject), and the next tenant's session from the pool is another
 // container, without the first one's files, while the first container is gone.
 func TestPool(t *testing.T) {
+	dockerOnly(t, "reads Docker's pool records (sandbox/kube's pool is tested in kube_test.go)")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	redisURL := testenv.Redis(t)

@@ -20,6 +20,7 @@ import (
 // has passed is reaped at startup and counted (a live one would be adopted: see
 // TestFaultFlushAll); a container of a tenant this cws does not serve is left alone.
 func TestRestart(t *testing.T) {
+	dockerOnly(t, "drives the Docker driver directly")
 	requireRealDeps(t)
 	fx := newFixture(t)
 	redisURL, addr := testenv.Redis(t), freeAddr(t)

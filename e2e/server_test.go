@@ -33,6 +33,9 @@ func requireRealDeps(t *testing.T) {
 	t.Helper()
 	requireBinaries(t)
 	testenv.Docker(t)
+	if onKube() {
+		requireKube(t)
+	}
 	out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", version.WorkspaceImage).CombinedOutput()
 	if err != nil {
 		err = fmt.Errorf("image %s: %v: %s (run `make images`)", version.WorkspaceImage, err, bytes.TrimSpace(out))
@@ -69,6 +72,7 @@ func startCWSWith(t testing.TB, fx *fixture, redisURL, addr string, extra ...str
 	args := []string{"serve",
 		"--addr", addr, "--tenants", fx.path, "--redis-url", redisURL,
 		"--agent-binary", agentBinary, "--instance", instance, "--reap-every", "1h", "--drain-timeout", "5s"}
+	args = append(args, driverArgs()...)
 	cmd := exec.Command(cwsBinary, append(args, extra...)...)
 	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/sandbox/kube"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/spf13/pflag"
@@ -41,6 +42,17 @@ type Config struct {
 
 	pools []docker.PoolSize // Pool, parsed by validate
 
+	// Driver is the sandbox engine: docker (the default) or kubernetes.
+	Driver string
+	// The Kubernetes driver's settings (sandbox/kube.Config).
+	Kubeconfig         string
+	KubeNamespace      string
+	KubeStorageClass   string
+	KubeAgentImage     string
+	KubeTransport      string
+	KubeRuntimeClass   string
+	KubeUserNamespaces bool
+
 	TokenCacheSize   int           // verified tokens remembered; 0 turns the cache off
 	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
 	RenewFlush       time.Duration // how often batched idle-TTL renewals are written
@@ -54,6 +66,14 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.RedisURL, "redis-url", getenv("CWS_REDIS_URL"), "Redis URL, e.g. redis://localhost:6379/0 (empty: embedded in-memory store) [CWS_REDIS_URL]")
 	f.StringVar(&c.DefaultImage, "default-image", envDefault(getenv, "CWS_DEFAULT_IMAGE", version.WorkspaceImage), "workspace image when none is asked for [CWS_DEFAULT_IMAGE]")
 	f.StringVar(&c.AgentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "static cws-agent binary to inject (default: cws-agent next to cws) [CWS_AGENT_BINARY]")
+	f.StringVar(&c.Driver, "driver", envDefault(getenv, "CWS_DRIVER", driverDocker), "sandbox engine: docker (one Docker engine) or kubernetes (a pod per session) [CWS_DRIVER]")
+	f.StringVar(&c.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubernetes: kubeconfig file (default: in-cluster config in a pod, else ~/.kube/config) [KUBECONFIG]")
+	f.StringVar(&c.KubeNamespace, "kube-namespace", envDefault(getenv, "CWS_KUBE_NAMESPACE", kube.DefaultNamespace), "kubernetes: the namespace of the sessions' pods (must exist) [CWS_KUBE_NAMESPACE]")
+	f.StringVar(&c.KubeStorageClass, "kube-storage-class", getenv("CWS_KUBE_STORAGE_CLASS"), "kubernetes: storage class of the workspace claims; empty: an emptyDir, whose files die with the pod [CWS_KUBE_STORAGE_CLASS]")
+	f.StringVar(&c.KubeAgentImage, "kube-agent-image", envDefault(getenv, "CWS_KUBE_AGENT_IMAGE", "cws:"+version.Version), "kubernetes: the cws image, whose cws-agent an init container installs into each pod [CWS_KUBE_AGENT_IMAGE]")
+	f.StringVar(&c.KubeTransport, "kube-transport", envDefault(getenv, "CWS_KUBE_TRANSPORT", "auto"), "kubernetes: how cws reaches agents: auto, direct (the pod IP) or exec (the API server) [CWS_KUBE_TRANSPORT]")
+	f.StringVar(&c.KubeRuntimeClass, "kube-runtime-class", getenv("CWS_KUBE_RUNTIME_CLASS"), "kubernetes: runtimeClassName of every pod, e.g. gvisor (default: none) [CWS_KUBE_RUNTIME_CLASS]")
+	f.BoolVar(&c.KubeUserNamespaces, "kube-user-namespaces", getenv("CWS_KUBE_USER_NAMESPACES") == "true", "kubernetes: run pods with hostUsers: false (the cluster and its runtime must support user namespaces) [CWS_KUBE_USER_NAMESPACES]")
 	f.StringVar(&c.Instance, "instance", envDefault(getenv, "CWS_INSTANCE", "default"), "name of this cws deployment; it manages (and reaps) only sandboxes labelled with it. Replicas of one deployment share it [CWS_INSTANCE]")
 	f.BoolVar(&c.Dev, "dev", getenv("CWS_DEV") == "true" || getenv("CWS_DEV") == "1", "without --tenants: create a dev tenant and print a token and the MCP URL [CWS_DEV]")
 	f.StringVar(&c.LogFormat, "log-format", envDefault(getenv, "CWS_LOG_FORMAT", "text"), "log format: text or json [CWS_LOG_FORMAT]")
@@ -124,13 +144,27 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
-	switch c.AgentTransport {
-	case docker.TransportAuto, docker.TransportSocket, docker.TransportExec:
+	switch c.Driver {
+	case driverDocker:
+		switch c.AgentTransport {
+		case docker.TransportAuto, docker.TransportSocket, docker.TransportExec:
+		default:
+			return fmt.Errorf("--agent-transport %q: want auto, socket or exec", c.AgentTransport)
+		}
+		if !filepath.IsAbs(c.AgentSocketDir) {
+			return fmt.Errorf("--agent-socket-dir %q: want an absolute path on the Docker host, e.g. %s", c.AgentSocketDir, docker.DefaultSocketDir)
+		}
+	case driverKubernetes:
+		switch c.KubeTransport {
+		case "auto", kube.TransportDirect, kube.TransportExec:
+		default:
+			return fmt.Errorf("--kube-transport %q: want auto, direct or exec", c.KubeTransport)
+		}
+		if c.KubeNamespace == "" || c.KubeAgentImage == "" {
+			return fmt.Errorf("--kube-namespace and --kube-agent-image must not be empty")
+		}
 	default:
-		return fmt.Errorf("--agent-transport %q: want auto, socket or exec", c.AgentTransport)
-	}
-	if !filepath.IsAbs(c.AgentSocketDir) {
-		return fmt.Errorf("--agent-socket-dir %q: want an absolute path on the Docker host, e.g. %s", c.AgentSocketDir, docker.DefaultSocketDir)
+		return fmt.Errorf("--driver %q: want docker or kubernetes", c.Driver)
 	}
 	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 || c.RenewFlush <= 0 {
 		return fmt.Errorf("--reap-every, --drain-timeout, --store-timeout and --renew-flush must be positive")

@@ -17,6 +17,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/sandbox/pool"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
@@ -27,11 +28,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-var (
-	_ workspace.Sandboxes = (*docker.Driver)(nil)
-	_ workspace.Healer    = (*docker.Driver)(nil) // a stuck agent is restarted, not waited on
-)
-
 func serveCmd(getenv func(string) string) *cobra.Command {
 	var cfg Config
 	cmd := &cobra.Command{
@@ -39,12 +35,15 @@ func serveCmd(getenv func(string) string) *cobra.Command {
 		Short: "Run the cws server",
 		Long: `Run the cws server: MCP at /mcp, REST at /v1, metrics at /metrics.
 
-It needs a Docker engine (DOCKER_HOST or the local socket) and the workspace image
-(make images). Without --redis-url it keeps sessions in memory (one node only).
+With --driver docker (the default) it needs a Docker engine (DOCKER_HOST or the local
+socket) and the workspace image (make images). With --driver kubernetes it runs a pod
+per session in --kube-namespace of the cluster its kubeconfig (or in-cluster config)
+names. Without --redis-url it keeps sessions in memory (one node only).
 
 Examples:
   cws serve --dev
-  cws serve --tenants /etc/cws/tenants.yaml --redis-url redis://redis:6379/0 --addr 0.0.0.0:9960`,
+  cws serve --tenants /etc/cws/tenants.yaml --redis-url redis://redis:6379/0 --addr 0.0.0.0:9960
+  cws serve --dev --driver kubernetes --kubeconfig ~/.cache/cws-kube/kubeconfig --kube-namespace cws-sessions`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.validate(); err != nil {
@@ -117,10 +116,8 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	for _, p := range cfg.pools {
 		images = append(images, p.Image)
 	}
-	poolMetrics := metrics.NewPool(reg, images, docker.MissReasons)
-	driver, err := docker.New(docker.Config{AgentBinary: cfg.AgentBinary, Log: log, Instance: cfg.Instance,
-		Transport: cfg.AgentTransport, SocketDir: cfg.AgentSocketDir,
-		Pool: cfg.pools, PoolMax: cfg.PoolMax, PoolOwner: cfg.PoolOwner, PoolObserver: poolMetrics})
+	poolMetrics := metrics.NewPool(reg, images, pool.MissReasons)
+	driver, err := newDriver(ctx, cfg, log, poolMetrics)
 	if err != nil {
 		return err
 	}
@@ -143,7 +140,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			return fmt.Errorf("store: %w", err)
 		}
 		if _, err := driver.List(ctx, map[string]string{"cws.readyz": "probe"}); err != nil {
-			return fmt.Errorf("docker: %w", err)
+			return fmt.Errorf("%s: %w", cfg.Driver, err)
 		}
 		return nil
 	}
@@ -156,8 +153,10 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err := svc.Reconcile(ctx); err != nil {
 		log.Warn("startup reconcile", "err", err)
 	}
-	if _, err := driver.PruneSocketDirs(ctx); err != nil {
-		log.Warn("startup: prune agent socket directories", "err", err)
+	if d, ok := driver.(*docker.Driver); ok {
+		if _, err := d.PruneSocketDirs(ctx); err != nil {
+			log.Warn("startup: prune agent socket directories", "err", err)
+		}
 	}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaper()
@@ -268,7 +267,7 @@ func localReads(on bool, transport string, log *slog.Logger) agent.LocalOpener {
 	return server.OpenLocal
 }
 
-func transportName(d *docker.Driver) string {
+func transportName(d engine) string {
 	name, _ := d.Transport()
 	return name
 }

@@ -115,7 +115,11 @@ secrets are kept across upgrades by reading the existing Secret.
 
 {{/* The Redis URL env var of the cws container. */}}
 {{- define "cws.redisEnv" -}}
-{{- if .Values.redis.bundled }}
+{{- if not .Values.redis.enabled }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "redis.enabled=false keeps the sessions in each cws pod's memory, which replicas do not share: set replicaCount: 1 (not %v), or use Redis" .Values.replicaCount) }}
+{{- end }}
+{{- else if .Values.redis.bundled }}
 - name: CWS_REDIS_URL
   value: {{ printf "redis://%s-redis:6379/0" (include "cws.fullname" .) | quote }}
 {{- else if .Values.redis.external.existingSecret }}
@@ -128,6 +132,56 @@ secrets are kept across upgrades by reading the existing Secret.
 - name: CWS_REDIS_URL
   value: {{ .Values.redis.external.url | quote }}
 {{- else }}
-{{- fail "redis: set redis.bundled=true, or redis.external.url or redis.external.existingSecret" }}
+{{- fail "redis: set redis.bundled=true, or redis.external.url or redis.external.existingSecret (or redis.enabled=false with one replica)" }}
+{{- end }}
+{{- end }}
+
+{{/* The sandbox driver, validated: docker or kubernetes. */}}
+{{- define "cws.driver" -}}
+{{- $d := .Values.driver | default "" }}
+{{- if not (has $d (list "docker" "kubernetes")) }}
+{{- fail (printf "driver must be docker or kubernetes, not %q" $d) }}
+{{- end }}
+{{- $d }}
+{{- end }}
+
+{{/* driver=kubernetes: the sessions' namespace (kubernetes.namespace, or <release>-sessions). */}}
+{{- define "cws.kube.namespace" -}}
+{{- $ns := .Values.kubernetes.namespace | default (printf "%s-sessions" .Release.Name) }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $ns) }}
+{{- fail (printf "kubernetes.namespace %q is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63); set kubernetes.namespace" $ns) }}
+{{- end }}
+{{- if and .Values.kubernetes.createNamespace (eq $ns .Release.Namespace) }}
+{{- fail (printf "kubernetes.namespace %q is the release's own namespace: the chart cannot create it (set kubernetes.createNamespace=false), and sessions are better kept apart from cws and Redis" $ns) }}
+{{- end }}
+{{- $ns }}
+{{- end }}
+
+{{/* driver=kubernetes: the image whose cws-agent each session pod's init container installs. */}}
+{{- define "cws.kube.agentImage" -}}
+{{- .Values.kubernetes.agentImage | default (include "cws.image" .) }}
+{{- end }}
+
+{{/* driver=kubernetes: the cws container's env for the Kubernetes driver (in-cluster config). */}}
+{{- define "cws.kubeEnv" -}}
+- name: CWS_DRIVER
+  value: kubernetes
+- name: CWS_KUBE_NAMESPACE
+  value: {{ include "cws.kube.namespace" . | quote }}
+- name: CWS_KUBE_AGENT_IMAGE
+  value: {{ include "cws.kube.agentImage" . | quote }}
+- name: CWS_KUBE_TRANSPORT
+  value: {{ .Values.kubernetes.transport | quote }}
+{{- with .Values.kubernetes.storageClass }}
+- name: CWS_KUBE_STORAGE_CLASS
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.kubernetes.runtimeClassName }}
+- name: CWS_KUBE_RUNTIME_CLASS
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.kubernetes.userNamespaces }}
+- name: CWS_KUBE_USER_NAMESPACES
+  value: "true"
 {{- end }}
 {{- end }}
