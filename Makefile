@@ -20,11 +20,11 @@ TEST_TIMEOUT ?= 45m
 export CI
 export VERSION
 
-.PHONY: help deps build images run test fuzz bench clean lint
+.PHONY: help deps build images run test fuzz bench clean lint kube kube-down kube-images
 
 help: ## list the targets
 	@echo "cws $(VERSION) ($(COMMIT)) — make <target>:"
-	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 deps: ## install docker.io, redis-server, debootstrap and start dockerd (scripts/deps.sh)
 	@scripts/deps.sh
@@ -40,9 +40,19 @@ images: deps ## build cws-workspace:<version> and cws-testbox:<version> (scripts
 run: deps build images ## start cws serve --dev (prints a dev token and the MCP URL)
 	exec bin/cws serve --dev
 
-test: deps images ## go test ./... (real Docker and Redis), then short fuzz runs
-	go test ./... -count=1 -timeout $(TEST_TIMEOUT)
+# The Kubernetes leg of the tests runs on the local cluster `make kube` starts, never on
+# the cluster of an ambient KUBECONFIG.
+KUBE_CACHE      ?= $(or $(CWS_KUBE_CACHE),$(HOME)/.cache/cws-kube)
+TEST_KUBECONFIG := $(KUBE_CACHE)/kubeconfig
+
+test: deps images kube-images ## go test ./... (real Docker, Redis and Kubernetes), the e2e suite again on the kubernetes driver, then short fuzz runs
+	KUBECONFIG=$(TEST_KUBECONFIG) go test ./... -count=1 -timeout $(TEST_TIMEOUT)
+	KUBECONFIG=$(TEST_KUBECONFIG) CWS_E2E_DRIVER=kubernetes go test ./e2e -count=1 -timeout $(TEST_TIMEOUT)
 	@$(MAKE) --no-print-directory fuzz
+
+kube-images: kube build ## the images the local cluster's pods run: cws (it delivers the agent), cws-workspace, cws-testbox
+	@scripts/cws-image.sh cws
+	@scripts/kube.sh import cws:$(VERSION) cws-workspace:$(VERSION) cws-testbox:$(VERSION)
 
 fuzz: ## run each FUZZ_TARGETS entry for FUZZTIME
 	@for t in $(FUZZ_TARGETS); do \
@@ -54,8 +64,14 @@ fuzz: ## run each FUZZ_TARGETS entry for FUZZTIME
 		go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
 	done
 
-bench: deps images build ## run the benchmarks and print tables (cmd/cws-bench)
-	go run ./cmd/cws-bench
+bench: deps images build kube-images ## run the benchmarks and print tables (cmd/cws-bench; the kube section on the local cluster)
+	KUBECONFIG=$(TEST_KUBECONFIG) go run ./cmd/cws-bench
+
+kube: ## start a local Kubernetes cluster built from source (scripts/kube.sh); prints KUBECONFIG=...
+	@scripts/kube.sh up
+
+kube-down: ## stop the local Kubernetes cluster and remove its state (scripts/kube.sh down)
+	@scripts/kube.sh down
 
 clean: ## remove bin/
 	rm -rf bin

@@ -72,9 +72,11 @@ func benchKube(ctx context.Context, e *env) ([]bench.Row, error) {
 	image := version.WorkspaceImage
 	newDriver := func(transport string, pool int) (*kube.Driver, error) {
 		cfg := kube.Config{Kubeconfig: kc, Namespace: kubeBenchNamespace, AgentImage: "cws:" + version.Version, AgentBinary: e.agentBin,
-			Transport: transport, Instance: "bench-" + transport + fmt.Sprint(pool), PoolOwner: "bench"}
-		if pool > 0 {
-			cfg.Pool = []kube.PoolSize{{Image: image, Size: pool}}
+			Transport: transport, Instance: "bench", PoolOwner: "bench",
+			// 1% of 1 CPU: 50 idle sessions fit the bench's 2-core node.
+			RequestPercent: 1}
+		if pool > 0 { // its own instance: the others' informers never see its pods
+			cfg.Pool, cfg.Instance = []kube.PoolSize{{Image: image, Size: pool}}, "bench-pool"
 		}
 		return kube.New(ctx, cfg)
 	}

@@ -52,6 +52,7 @@ type Config struct {
 	KubeTransport      string
 	KubeRuntimeClass   string
 	KubeUserNamespaces bool
+	KubeRequestPercent int
 
 	TokenCacheSize   int           // verified tokens remembered; 0 turns the cache off
 	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
@@ -74,6 +75,7 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringVar(&c.KubeTransport, "kube-transport", envDefault(getenv, "CWS_KUBE_TRANSPORT", "auto"), "kubernetes: how cws reaches agents: auto, direct (the pod IP) or exec (the API server) [CWS_KUBE_TRANSPORT]")
 	f.StringVar(&c.KubeRuntimeClass, "kube-runtime-class", getenv("CWS_KUBE_RUNTIME_CLASS"), "kubernetes: runtimeClassName of every pod, e.g. gvisor (default: none) [CWS_KUBE_RUNTIME_CLASS]")
 	f.BoolVar(&c.KubeUserNamespaces, "kube-user-namespaces", getenv("CWS_KUBE_USER_NAMESPACES") == "true", "kubernetes: run pods with hostUsers: false (the cluster and its runtime must support user namespaces) [CWS_KUBE_USER_NAMESPACES]")
+	f.IntVar(&c.KubeRequestPercent, "kube-request-percent", envInt(getenv, "CWS_KUBE_REQUEST_PERCENT", kube.DefaultRequestPercent), "kubernetes: the share of its cpu and memory limits a session pod requests (100: Guaranteed QoS; lower packs more idle sessions per node) [CWS_KUBE_REQUEST_PERCENT]")
 	f.StringVar(&c.Instance, "instance", envDefault(getenv, "CWS_INSTANCE", "default"), "name of this cws deployment; it manages (and reaps) only sandboxes labelled with it. Replicas of one deployment share it [CWS_INSTANCE]")
 	f.BoolVar(&c.Dev, "dev", getenv("CWS_DEV") == "true" || getenv("CWS_DEV") == "1", "without --tenants: create a dev tenant and print a token and the MCP URL [CWS_DEV]")
 	f.StringVar(&c.LogFormat, "log-format", envDefault(getenv, "CWS_LOG_FORMAT", "text"), "log format: text or json [CWS_LOG_FORMAT]")
@@ -159,6 +161,9 @@ func (c *Config) validate() error {
 		case "auto", kube.TransportDirect, kube.TransportExec:
 		default:
 			return fmt.Errorf("--kube-transport %q: want auto, direct or exec", c.KubeTransport)
+		}
+		if c.KubeRequestPercent < 1 || c.KubeRequestPercent > 100 {
+			return fmt.Errorf("--kube-request-percent %d: want 1 to 100", c.KubeRequestPercent)
 		}
 		if c.KubeNamespace == "" || c.KubeAgentImage == "" {
 			return fmt.Errorf("--kube-namespace and --kube-agent-image must not be empty")

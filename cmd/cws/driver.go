@@ -46,7 +46,7 @@ func newDriver(ctx context.Context, cfg Config, log *slog.Logger, obs pool.Obser
 		d, err := kube.New(ctx, kube.Config{Kubeconfig: cfg.Kubeconfig, Namespace: cfg.KubeNamespace,
 			StorageClass: cfg.KubeStorageClass, AgentImage: cfg.KubeAgentImage, AgentBinary: cfg.AgentBinary,
 			RuntimeClass: cfg.KubeRuntimeClass, UserNamespaces: cfg.KubeUserNamespaces, Transport: transport,
-			Instance: cfg.Instance, Log: log,
+			RequestPercent: cfg.KubeRequestPercent, Instance: cfg.Instance, Log: log,
 			Pool: cfg.pools, PoolMax: cfg.PoolMax, PoolOwner: cfg.PoolOwner, PoolObserver: obs})
 		if err != nil {
 			return nil, fmt.Errorf("%w (check the cluster with `kubectl --kubeconfig ... get pods -n %s`)", err, cfg.KubeNamespace)

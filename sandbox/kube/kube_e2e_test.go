@@ -131,7 +131,7 @@ func TestPodLifecycle(t *testing.T) {
 func TestPodDeletedAndEvicted(t *testing.T) {
 	sc := os.Getenv("CWS_KUBE_TEST_STORAGE_CLASS")
 	if sc == "" {
-		sc = "cws-hostpath"
+		sc = "cws-local" // deploy/kube/localpv: directories a non-root pod can write
 	}
 	d := newTestDriver(t, Config{Transport: TransportDirect, StorageClass: sc})
 	spec := sandbox.Spec{Session: testSession(), Tenant: "acme", Image: version.TestImage}
