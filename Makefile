@@ -67,8 +67,13 @@ fuzz: ## run each FUZZ_TARGETS entry for FUZZTIME
 bench: deps images build kube-images ## run the benchmarks and print tables (cmd/cws-bench; the kube section on the local cluster)
 	KUBECONFIG=$(TEST_KUBECONFIG) go run ./cmd/cws-bench
 
-kube: ## start a local Kubernetes cluster built from source (scripts/kube.sh); prints KUBECONFIG=...
-	@scripts/kube.sh up
+kube: ## start a local Kubernetes cluster built from source (scripts/kube.sh), import cws's images when built; prints KUBECONFIG=...
+	@scripts/kube.sh up | sed '$$d'
+	@for img in cws:$(VERSION) cws-workspace:$(VERSION) cws-testbox:$(VERSION); do \
+		if docker image inspect $$img >/dev/null 2>&1; then scripts/kube.sh import $$img; \
+		else echo "kube: $$img is not built yet (make images; scripts/cws-image.sh cws): not imported"; fi; \
+	done
+	@scripts/kube.sh env
 
 kube-down: ## stop the local Kubernetes cluster and remove its state (scripts/kube.sh down)
 	@scripts/kube.sh down

@@ -35,6 +35,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/pool"
@@ -206,6 +210,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		pool: pool.New(pool.Config{Sizes: cfg.Pool, Max: cfg.PoolMax, Fillers: cfg.PoolFillers, Owner: cfg.PoolOwner,
 			MaxAge: cfg.PoolMaxAge, Observer: cfg.PoolObserver, Log: log}),
 	}
+	if err := d.ensureNamespace(ctx); err != nil {
+		return nil, err
+	}
 	if err := d.startCache(ctx); err != nil {
 		close(d.stop)
 		return nil, err
@@ -294,3 +301,22 @@ const (
 
 // PoolSize asks for a warm pool of Size pods of Image.
 type PoolSize = pool.Size
+
+// ensureNamespace makes the sessions' namespace when it is missing and cws may (a
+// Helm install makes it, and grants cws nothing cluster-wide).
+func (d *Driver) ensureNamespace(ctx context.Context) error {
+	_, err := d.cs.CoreV1().Namespaces().Get(ctx, d.ns, metav1.GetOptions{})
+	switch {
+	case err == nil, apierrors.IsForbidden(err):
+		return nil // there, or not ours to see: the first create will tell
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("kubernetes driver: namespace %s: %w (is the API server at %s reachable?)", d.ns, err, d.rest.Host)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.ns, Labels: map[string]string{
+		sandbox.LabelManaged: "true", "pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := d.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubernetes driver: namespace %s does not exist and cws can't make it (%v): create it with `kubectl create namespace %s`", d.ns, err, d.ns)
+	}
+	d.log.Info("made the sessions' namespace", "namespace", d.ns)
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +186,84 @@ func TestPodDeletedAndEvicted(t *testing.T) {
 	}
 	if err := d.Start(t.Context(), info.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Start of a deleted pod = %v, want ErrNotFound", err)
+	}
+}
+
+type hits struct{ hit, ready atomic.Int64 }
+
+func (h *hits) PoolReady(_ string, n int) { h.ready.Store(int64(n)) }
+func (h *hits) PoolHit(string)            { h.hit.Add(1) }
+func (h *hits) PoolMiss(string, string)   {}
+func (h *hits) PoolFillFailed(string)     {}
+
+// TestPool: a pooled pod is handed to a session by one patch (its labels then say
+// whose it is, for List and a restarted cws), is never handed out twice, and a new
+// driver of the same owner adopts the pool's unbound pods instead of making more.
+func TestPool(t *testing.T) {
+	instance := fmt.Sprintf("p%d", time.Now().UnixNano()%1_000_000)
+	obs := &hits{}
+	cfg := Config{Transport: TransportDirect, Instance: instance, PoolOwner: "o1", PoolObserver: obs,
+		Pool: []PoolSize{{Image: version.TestImage, Size: 2}}}
+	d := newTestDriver(t, cfg)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); d.RunPool(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		ps, _ := d.pods.List(everything)
+		for _, p := range ps {
+			_ = d.Remove(context.Background(), p.Name)
+		}
+	})
+	waitReady := func(d *Driver, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); d.PoolReady(version.TestImage) < n; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pool: %d ready, want %d", d.PoolReady(version.TestImage), n)
+			}
+		}
+	}
+	waitReady(d, 2)
+	spec := sandbox.Spec{Session: testSession(), Tenant: "acme", Subject: "bob", Image: version.TestImage}
+	r0 := d.Requests()
+	info, err := d.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bind is one patch; the refill it wakes may have created its pod already.
+	if n := d.Requests() - r0; obs.hit.Load() != 1 || n < 1 || n > 2 {
+		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ the refill's create)", obs.hit.Load(), n)
+	}
+	c := clientOf(d, info.ID)
+	defer c.Close()
+	ping(t, c)
+	if _, err := d.waitPod(t.Context(), info.ID, func(p *corev1.Pod) (bool, error) { return p.Annotations[sandbox.LabelSession] == spec.Session, nil }); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := d.List(t.Context(), map[string]string{sandbox.LabelSession: spec.Session})
+	if err != nil || len(ls) != 1 || ls[0].ID != info.ID || ls[0].Subject != "bob" {
+		t.Errorf("List of the bound session = %+v %v", ls, err)
+	}
+	all, _ := d.List(t.Context(), nil)
+	if len(all) != 1 {
+		t.Errorf("List reports %d sessions, want 1 (unbound pooled pods are no session)", len(all))
+	}
+	waitReady(d, 2)
+	stop()
+	<-done
+
+	// A restarted cws (same owner) adopts the two unbound pods.
+	obs2 := &hits{}
+	cfg.PoolObserver = obs2
+	d2 := newTestDriver(t, cfg)
+	ctx2, stop2 := context.WithCancel(t.Context())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); d2.RunPool(ctx2) }()
+	defer func() { stop2(); <-done2 }()
+	waitReady(d2, 2)
+	ps, _ := d2.pods.List(everything)
+	if len(ps) != 3 {
+		t.Errorf("%d pods after the restart, want 3 (the session's and the 2 adopted)", len(ps))
 	}
 }
