@@ -187,6 +187,14 @@ func TestPodDeletedAndEvicted(t *testing.T) {
 	if err := d.Start(t.Context(), info.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Start of a deleted pod = %v, want ErrNotFound", err)
 	}
+	// Its claim outlives it; the orphan sweep takes it (tenants it serves only).
+	if got, err := d.RemoveOrphanVolumes(t.Context(), 0, func(tenant string) bool { return tenant == "other" }); err != nil || len(got) != 0 {
+		t.Errorf("sweep for another tenant removed %v (%v)", got, err)
+	}
+	got, err := d.RemoveOrphanVolumes(t.Context(), 0, func(tenant string) bool { return tenant == "acme" })
+	if err != nil || len(got) != 1 || got[0] != claimName(spec.Session) {
+		t.Errorf("orphan sweep = %v %v, want the deleted pod's claim", got, err)
+	}
 }
 
 type hits struct{ hit, ready atomic.Int64 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -188,7 +189,7 @@ func (d *Driver) RemoveOrphanVolumes(ctx context.Context, olderThan time.Duratio
 			(!pooled && !serves(a[sandbox.LabelTenant])) {
 			continue
 		}
-		if _, err := d.pods.Get(podName(c.Name[len("cws-ws-"):])); err == nil {
+		if _, err := d.pods.Get(podName(strings.TrimPrefix(c.Name, "cws-ws-"))); err == nil {
 			continue // its pod is back (a restart) since the listing
 		}
 		if err := d.cs.CoreV1().PersistentVolumeClaims(d.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
