@@ -40,14 +40,15 @@ images: deps ## build cws-workspace:<version> and cws-testbox:<version> (scripts
 run: deps build images ## start cws serve --dev (prints a dev token and the MCP URL)
 	exec bin/cws serve --dev
 
-# The Kubernetes leg of the tests runs on the local cluster `make kube` starts, never on
+# Tests are built as cws is (CGO_ENABLED=0: static, and the agent's all-threads
+# identity switch needs Go's own syscalls). The Kubernetes leg of the tests runs on the local cluster `make kube` starts, never on
 # the cluster of an ambient KUBECONFIG.
 KUBE_CACHE      ?= $(or $(CWS_KUBE_CACHE),$(HOME)/.cache/cws-kube)
 TEST_KUBECONFIG := $(KUBE_CACHE)/kubeconfig
 
 test: deps images kube-images ## go test ./... (real Docker, Redis and Kubernetes), the e2e suite again on the kubernetes driver, then short fuzz runs
-	KUBECONFIG=$(TEST_KUBECONFIG) go test ./... -count=1 -timeout $(TEST_TIMEOUT)
-	KUBECONFIG=$(TEST_KUBECONFIG) CWS_E2E_DRIVER=kubernetes go test ./e2e -count=1 -timeout $(TEST_TIMEOUT)
+	KUBECONFIG=$(TEST_KUBECONFIG) CGO_ENABLED=0 go test ./... -count=1 -timeout $(TEST_TIMEOUT)
+	KUBECONFIG=$(TEST_KUBECONFIG) CGO_ENABLED=0 CWS_E2E_DRIVER=kubernetes go test ./e2e -count=1 -timeout $(TEST_TIMEOUT)
 	@$(MAKE) --no-print-directory fuzz
 
 kube-images: kube build ## the images the local cluster's pods run: cws (it delivers the agent), cws-workspace, cws-testbox
