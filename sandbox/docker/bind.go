@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -39,31 +38,10 @@ const LabelBind = "cws.bind"
 // bindName is the name of a session's bind record.
 func bindName(session string) string { return "cws-bind-" + session }
 
-// fromPool creates spec's sandbox from a pooled container when one fits. ok is false
-// when the create must go cold: no fitting container, or a bind that failed for a
-// reason other than the session existing (the container is removed, never returned).
-func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.Info, ok bool, err error) {
-	b, miss := d.pool.Take(spec.Image, d.fits(spec))
-	if miss != "" {
-		d.pool.Missed(spec.Image, miss)
-		return sandbox.Info{}, false, nil
-	}
-	d.pool.Signal()
-	info, err = d.bind(ctx, b, spec)
-	if err != nil {
-		b.Close()
-		d.log.Warn("bind pooled container failed; removing it", "container", b.ID, "session", spec.Session, "err", err)
-		if rerr := d.Remove(context.WithoutCancel(ctx), b.ID); rerr != nil {
-			d.log.Warn("remove pooled container after a failed bind", "container", b.ID, "err", rerr)
-		}
-		if errors.Is(err, ErrExists) || ctx.Err() != nil {
-			return sandbox.Info{}, true, err
-		}
-		d.pool.Missed(spec.Image, MissBind)
-		return sandbox.Info{}, false, nil
-	}
-	d.pool.HandOver(spec.Image, b)
-	return info, true, nil
+// fromPool creates spec's sandbox from a pooled container when one fits (pool.Serve).
+func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (sandbox.Info, bool, error) {
+	return d.pool.Serve(ctx, spec, d.fits(spec),
+		func(ctx context.Context, b pool.Box) (sandbox.Info, error) { return d.bind(ctx, b, spec) }, d.Remove)
 }
 
 // bind gives pooled container b to spec's session: its name, its bind record and its

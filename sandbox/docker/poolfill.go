@@ -14,7 +14,6 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/pool"
-	"github.com/cwsdev/cws/version"
 )
 
 // Filling the warm pool: a loop per Driver, a few fills at a time.
@@ -75,19 +74,5 @@ func (e poolEngine) Make(ctx context.Context, image string) (pool.Box, error) {
 
 // pingAgent waits until the agent in container id answers a ping (at most a minute).
 func (d *Driver) pingAgent(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) }, version.Version, nil)
-	defer c.Close()
-	var err error
-	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if _, err = c.Ping(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent did not answer: %v", err)
-		case <-time.After(delay):
-		}
-	}
+	return agent.WaitReady(ctx, func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) }, time.Minute)
 }

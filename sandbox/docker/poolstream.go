@@ -3,6 +3,8 @@ package docker
 import (
 	"context"
 	"io"
+
+	"github.com/cwsdev/cws/sandbox/agent"
 )
 
 // Pre-opened agent streams: a pooled container's first `docker exec` of the bridge is
@@ -11,10 +13,5 @@ import (
 // preopen opens an agent stream to a pooled container for its session's first
 // Attach. It is best effort: nil means the session dials as usual.
 func (d *Driver) preopen(ctx context.Context, id string) io.ReadWriteCloser {
-	s, err := d.Attach(ctx, id)
-	if err != nil {
-		d.log.Debug("pre-open agent stream", "container", id, "err", err)
-		return nil
-	}
-	return s
+	return agent.Preopen(ctx, func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) })
 }

@@ -280,31 +280,12 @@ func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
 	return info, nil
 }
 
-// fromPool binds a pooled pod to spec's session when one fits: one merge patch of its
-// annotations, made conditional on the pod's resourceVersion so that no two binds
-// take one pod. ok is false when the create must go cold.
-func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (info sandbox.Info, ok bool, err error) {
-	b, miss := d.pool.Take(spec.Image, d.fits(spec))
-	if miss != "" {
-		d.pool.Missed(spec.Image, miss)
-		return sandbox.Info{}, false, nil
-	}
-	d.pool.Signal()
-	info, err = d.bind(ctx, b, spec)
-	if err != nil {
-		b.Close()
-		d.log.Warn("bind pooled pod failed; removing it", "pod", b.ID, "session", spec.Session, "err", err)
-		if rerr := d.Remove(context.WithoutCancel(ctx), b.ID); rerr != nil {
-			d.log.Warn("remove pooled pod after a failed bind", "pod", b.ID, "err", rerr)
-		}
-		if ctx.Err() != nil {
-			return sandbox.Info{}, true, err
-		}
-		d.pool.Missed(spec.Image, pool.MissBind)
-		return sandbox.Info{}, false, nil
-	}
-	d.pool.HandOver(spec.Image, b)
-	return info, true, nil
+// fromPool binds a pooled pod to spec's session when one fits (pool.Serve): one merge
+// patch of its annotations, made conditional on the pod's resourceVersion so that no
+// two binds take one pod.
+func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (sandbox.Info, bool, error) {
+	return d.pool.Serve(ctx, spec, d.fits(spec),
+		func(ctx context.Context, b pool.Box) (sandbox.Info, error) { return d.bind(ctx, b, spec) }, d.Remove)
 }
 
 // fits: a pooled pod serves a spec of its class whose cpu and memory are the

@@ -14,7 +14,6 @@ import (
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/pool"
-	"github.com/cwsdev/cws/version"
 )
 
 // The warm pool on Kubernetes: pooled pods are made like a session's, in the pool
@@ -70,32 +69,18 @@ func (e poolEngine) Make(ctx context.Context, image string) (pool.Box, error) {
 
 // pingAgent waits until the agent in pod id answers a ping (at most a minute).
 func (d *Driver) pingAgent(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) }, version.Version, nil)
-	defer c.Close()
-	var err error
-	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
-		if _, err = c.Ping(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent did not answer: %v", err)
-		case <-time.After(delay):
-		}
-	}
+	return agent.WaitReady(ctx, d.dialer(id), time.Minute)
 }
 
 // preopen opens an agent stream to a pooled pod for its session's first Attach; nil
 // when it can't (the session dials as usual).
 func (d *Driver) preopen(ctx context.Context, id string) io.ReadWriteCloser {
-	s, err := d.Attach(ctx, id)
-	if err != nil {
-		d.log.Debug("pre-open agent stream", "pod", id, "err", err)
-		return nil
-	}
-	return s
+	return agent.Preopen(ctx, d.dialer(id))
+}
+
+// dialer dials pod id's agent.
+func (d *Driver) dialer(id string) agent.DialFunc {
+	return func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, id) }
 }
 
 // Sweep looks at the cached pooled pods (see pool.Engine).

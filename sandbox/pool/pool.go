@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -459,4 +460,34 @@ func (p *Pool) ReadyIDs(image string) []string {
 func (p *Pool) HasStream(id string) bool {
 	_, ok := p.streams.Load(id)
 	return ok
+}
+
+// Serve creates spec's sandbox from a ready pooled one when one fits (fits: the spec is
+// of the pool's class, as the driver judges): it takes one, wakes the refill, and has
+// bind give it to the session. ok is false when the create must go cold: nothing fits,
+// or the bind failed for a reason other than the session existing already or ctx
+// ending. A box whose bind failed is never handed out again: remove removes it.
+func (p *Pool) Serve(ctx context.Context, spec sandbox.Spec, fits bool,
+	bind func(context.Context, Box) (sandbox.Info, error), remove func(context.Context, string) error) (info sandbox.Info, ok bool, err error) {
+	b, miss := p.Take(spec.Image, fits)
+	if miss != "" {
+		p.Missed(spec.Image, miss)
+		return sandbox.Info{}, false, nil
+	}
+	p.Signal()
+	info, err = bind(ctx, b)
+	if err != nil {
+		b.Close()
+		p.log.Warn("bind of a pooled sandbox failed; removing it", "sandbox", b.ID, "session", spec.Session, "err", err)
+		if rerr := remove(context.WithoutCancel(ctx), b.ID); rerr != nil {
+			p.log.Warn("remove pooled sandbox after a failed bind", "sandbox", b.ID, "err", rerr)
+		}
+		if errors.Is(err, sandbox.ErrExists) || ctx.Err() != nil {
+			return sandbox.Info{}, true, err
+		}
+		p.Missed(spec.Image, MissBind)
+		return sandbox.Info{}, false, nil
+	}
+	p.HandOver(spec.Image, b)
+	return info, true, nil
 }

@@ -165,3 +165,49 @@ func (*countObs) PoolReady(string, int)   {}
 func (*countObs) PoolHit(string)          {}
 func (*countObs) PoolMiss(string, string) {}
 func (o *countObs) PoolFillFailed(string) { o.failed.Add(1) }
+
+// TestServe: a hit binds and hands over; a failed bind removes the box and goes cold,
+// except when the session exists already, which is the caller's error.
+func TestServe(t *testing.T) {
+	obs := &countMiss{}
+	p := New(Config{Sizes: []Size{{"a", 3}}, Observer: obs})
+	for _, id := range []string{"x", "y", "z"} {
+		p.Adopt("a", Box{ID: id, Made: time.Now()})
+	}
+	spec := sandbox.Spec{Session: "s", Image: "a"}
+	var removed []string
+	remove := func(_ context.Context, id string) error { removed = append(removed, id); return nil }
+	ok := func(_ context.Context, b Box) (sandbox.Info, error) { return sandbox.Info{ID: b.ID, Session: "s"}, nil }
+	info, hit, err := p.Serve(context.Background(), spec, true, ok, remove)
+	if !hit || err != nil || info.ID != "x" {
+		t.Errorf("hit: %+v %v %v", info, hit, err)
+	}
+	fail := func(context.Context, Box) (sandbox.Info, error) { return sandbox.Info{}, errors.New("engine says no") }
+	if _, hit, err := p.Serve(context.Background(), spec, true, fail, remove); hit || err != nil || obs.bind != 1 {
+		t.Errorf("failed bind: hit %v err %v, %d bind misses; want a cold create and one", hit, err, obs.bind)
+	}
+	exists := func(context.Context, Box) (sandbox.Info, error) { return sandbox.Info{}, sandbox.ErrExists }
+	if _, hit, err := p.Serve(context.Background(), spec, true, exists, remove); !hit || !errors.Is(err, sandbox.ErrExists) {
+		t.Errorf("existing session: hit %v err %v; want the error, not a cold create", hit, err)
+	}
+	if len(removed) != 2 || removed[0] != "y" || removed[1] != "z" {
+		t.Errorf("removed %v, want the two boxes whose bind failed", removed)
+	}
+	if _, hit, _ := p.Serve(context.Background(), spec, false, ok, remove); hit || obs.class != 1 {
+		t.Errorf("a spec of another class: hit %v, %d class misses", hit, obs.class)
+	}
+}
+
+type countMiss struct{ bind, class int }
+
+func (*countMiss) PoolReady(string, int) {}
+func (*countMiss) PoolHit(string)        {}
+func (o *countMiss) PoolMiss(_ string, reason string) {
+	switch reason {
+	case MissBind:
+		o.bind++
+	case MissClass:
+		o.class++
+	}
+}
+func (*countMiss) PoolFillFailed(string) {}
