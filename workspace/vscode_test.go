@@ -322,6 +322,14 @@ func TestVSCodeProgressAndActions(t *testing.T) {
 	}
 	e.ok("execute_action_by_id", map[string]any{"actionId": "workbench.action.tasks.test"})
 	waitFor(t, e, "tested")
+	// The file appears before touch exits: the task leaves the list when it has ended.
+	deadline := time.Now().Add(10 * time.Second)
+	for asJSON(jsonOf(t, e.ok("get_progress_indicators", nil))) != "[]" {
+		if time.Now().After(deadline) {
+			t.Fatal("the test task is still listed 10 s after it ended")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	e.ok("execute_action_by_id", map[string]any{"actionId": "workbench.action.debug.start"})
 	p := jsonOf(t, e.ok("get_progress_indicators", nil)).([]any)
 	if len(p) != 1 {
@@ -332,7 +340,7 @@ func TestVSCodeProgressAndActions(t *testing.T) {
 		t.Errorf("progress = %s", asJSON(job))
 	}
 	e.ok("execute_action_by_id", map[string]any{"actionId": "workbench.action.debug.stop"})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for asJSON(jsonOf(t, e.ok("get_progress_indicators", nil))) != "[]" {
 		if time.Now().After(deadline) {
 			t.Fatal("the job still runs after Stop")

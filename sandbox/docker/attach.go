@@ -98,10 +98,12 @@ func (d *Driver) attachExec(ctx context.Context, c container.InspectResponse) (i
 
 // A container that started less than socketYoung ago may not have its agent listening
 // yet: its socket is awaited up to socketWait before falling back (the exec stream's
-// bridge waits the same way). An older one is dialed once.
+// bridge would wait for the same agent, so waiting costs nothing when the socket path
+// works; on a loaded host an agent's start can take seconds). An older one is dialed
+// once.
 const (
-	socketYoung = 10 * time.Second
-	socketWait  = 3 * time.Second
+	socketYoung = time.Minute
+	socketWait  = 15 * time.Second
 )
 
 // attachSocket dials the agent socket of c, waiting for it on a young container.
