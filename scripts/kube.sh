@@ -350,7 +350,8 @@ make_ca() {
 		-addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
 	chmod 600 "$PKI/$1.key"
 	# Certificates it is to sign: made again (their .meta records the CA unless "ca").
-	if [ "$1" = ca ]; then rm -f "$PKI"/*.meta; else grep -l "|$1\$" "$PKI"/*.meta 2>/dev/null | xargs -r rm -f; fi
+	# (grep finds no .meta on a fresh machine: exit 2, which pipefail would make fatal.)
+	if [ "$1" = ca ]; then rm -f "$PKI"/*.meta; else { grep -l "|$1\$" "$PKI"/*.meta 2>/dev/null || true; } | xargs -r rm -f; fi
 }
 
 make_pki() {
