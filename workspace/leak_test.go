@@ -91,6 +91,23 @@ func TestDeniedPathsNeverLeaveThroughGit(t *testing.T) {
 			}
 		})
 	}
+	t.Run("diff is git's own patch of the allowed files", func(t *testing.T) {
+		e := e.sub(t)
+		for _, a := range []map[string]any{nil, {"ref": "HEAD~1"}, {"contextLines": 1}} {
+			d := value[*core.GitDiffResult](t, e.ok("gitDiff", a))
+			args := []string{"-c", "core.quotepath=off", "diff", "--no-color"}
+			if a["ref"] != nil {
+				args = append(args, a["ref"].(string))
+			}
+			if a["contextLines"] != nil {
+				args = append(args, "-U1")
+			}
+			want := value[*core.RunCommandResult](t, e.ok("runCommand", map[string]any{"command": "git", "args": append(args, "--", "README.md")}))
+			if d.Diff != want.Stdout {
+				t.Errorf("gitDiff(%v) =\n%s\nwant git diff -- README.md:\n%s", a, d.Diff, want.Stdout)
+			}
+		}
+	})
 	t.Run("status hides denied files", func(t *testing.T) {
 		st := value[*core.GitStatusResult](t, e.sub(t).ok("gitStatus", nil))
 		if len(st.Files) != 1 || st.Files[0].Path != "README.md" {

@@ -208,7 +208,7 @@ func gitDiff(ctx context.Context, c *call, a *GitDiffArgs) (*GitDiffResult, erro
 		return nil, err
 	}
 	names := append(append([]string{"diff", "--name-only", "-z", "--no-renames"}, args[4:]...), "--end-of-options")
-	out, cut, err := c.gitScopedOut(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths, true)
+	out, cut, err := c.gitScopedDiff(ctx, append(names, revs...), append(append(args, "--end-of-options"), revs...), paths)
 	if err != nil {
 		return nil, err
 	}

@@ -144,6 +144,67 @@ func (c *call) gitScopedOut(ctx context.Context, names, out []string, userPaths 
 	return c.gitOut(ctx, nil, append(append(out, "--"), specs...)...)
 }
 
+// gitScopedDiff is gitScopedOut for a diff (diff begins with "diff"), in one git run
+// where it can: git prints the names (--raw -z) ahead of the patch, the agent judges
+// them, and when it refuses none the patch, made with the guard's pathspecs, is the
+// answer as git printed it. Only when the agent refuses some does git run again with
+// those excluded, and when the output was cut inside the names the three steps run
+// (names is the listing they take). Renames keep both sides in the names (R records
+// carry two paths), so nothing leaves that the listing with --no-renames would judge.
+func (c *call) gitScopedDiff(ctx context.Context, names, diff []string, userPaths []string) (string, bool, error) {
+	specs := pathspecs(c.guard, userPaths)
+	if c.guard == nil || refusesNone(c.guard) {
+		return c.gitOut(ctx, nil, append(append(diff, "--"), specs...)...)
+	}
+	combined := append(append([]string{diff[0], "--raw", "-z", "-p"}, diff[1:]...), "--")
+	out, cut, err := c.gitOut(ctx, nil, append(combined, specs...)...)
+	if err != nil {
+		return "", false, err
+	}
+	listed, patch, whole := splitRaw(out, cut)
+	if !whole {
+		return c.gitScopedOut(ctx, names, diff, userPaths, true)
+	}
+	if len(listed) == 0 {
+		return "", false, nil
+	}
+	refused, err := c.refusedSpecs(ctx, listed)
+	if err != nil || len(refused) == 0 {
+		return patch, cut, err
+	}
+	return c.gitOut(ctx, nil, append(append(append(diff, "--"), specs...), refused...)...)
+}
+
+// splitRaw splits git's `--raw -z -p` output into the names of its raw records (both
+// paths of a rename or copy) and the patch that follows them. whole is false when the
+// records don't all end before the output does (it was cut inside them).
+func splitRaw(out string, cut bool) (names []string, patch string, whole bool) {
+	for i := 0; i < len(out); {
+		if out[i] == 0 {
+			return names, out[i+1:], true
+		}
+		end := strings.IndexByte(out[i:], 0)
+		if out[i] != ':' || end < 0 {
+			return nil, "", false
+		}
+		header := out[i : i+end]
+		i += end + 1
+		paths := 1
+		if st := header[strings.LastIndexByte(header, ' ')+1:]; st != "" && (st[0] == 'R' || st[0] == 'C') {
+			paths = 2
+		}
+		for range paths {
+			end := strings.IndexByte(out[i:], 0)
+			if end < 0 {
+				return nil, "", false
+			}
+			names = append(names, out[i:i+end])
+			i += end + 1
+		}
+	}
+	return names, "", !cut
+}
+
 // gitWhole is git refusing output it would have to cut: a list of names that is not
 // whole would leave names unjudged.
 func (c *call) gitWhole(ctx context.Context, stdin []byte, args ...string) (string, error) {
@@ -180,18 +241,29 @@ func (c *call) scopeSpecs(ctx context.Context, names []string, userPaths []strin
 	if len(paths) == 0 {
 		return specs, true, nil
 	}
+	refused, err := c.refusedSpecs(ctx, paths)
+	if err != nil {
+		return nil, false, err
+	}
+	return append(specs, refused...), false, nil
+}
+
+// refusedSpecs has the agent judge paths with the guard, and returns a literal exclude
+// pathspec for each one it refuses.
+func (c *call) refusedSpecs(ctx context.Context, paths []string) ([]string, error) {
+	var specs []string
 	for len(paths) > 0 {
 		n := checkBatch(paths)
 		r, err := c.agent.Check(ctx, agent.CheckArgs{Paths: paths[:n], Guard: c.guard})
 		if err != nil {
-			return nil, false, fmt.Errorf("check git paths: %w", err)
+			return nil, fmt.Errorf("check git paths: %w", err)
 		}
 		for _, p := range r.Refused {
 			specs = append(specs, ":(exclude,literal)"+p)
 		}
 		paths = paths[n:]
 	}
-	return specs, false, nil
+	return specs, nil
 }
 
 // refusesNone says that g allows every path by name: it denies nothing and each allow
