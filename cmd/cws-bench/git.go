@@ -17,8 +17,10 @@ func init() {
 		Doc:   "MCP gitStatus, gitDiff and gitLog on a 20-file repository (the default policy's deniedPaths) beside git status --porcelain, git diff and git log in the same container",
 		Run:   benchGit,
 	})
+	goals = append(goals,
+		goal{Order: 34, Figure: "MCP gitStatus, 20-file repository, p50, vs git status --porcelain in the container",
+			Row: "MCP gitStatus", Anchor: "git status --porcelain in the container", Slower: 1.5})
 	ratios = append(ratios,
-		ratio{Num: "MCP gitStatus", Den: "git status --porcelain in the container", Target: 1.5, AtMost: true},
 		ratio{Num: "MCP gitDiff", Den: "git diff in the container", Target: 1.5, AtMost: true},
 		ratio{Num: "MCP gitLog", Den: "git log in the container", Target: 1.5, AtMost: true},
 		ratio{Num: "MCP gitStatus, deniedPaths", Den: "git status --porcelain in the container", Target: 1.5, AtMost: true},
@@ -63,7 +65,7 @@ echo SECRET=1 > .env; printf '{"deniedPaths":[".env","secrets/**"]}' > .cws-poli
 		{name: "MCP gitDiff", note: "raw JSON-RPC tools/call over HTTP, JWT, the default policy", fn: m.tool("gitDiff", `"empty":false`)},
 		{name: "MCP gitLog", note: "raw JSON-RPC tools/call over HTTP, JWT, the default policy", fn: m.tool("gitLog", `"count":3`)},
 		{name: "MCP gitStatus, deniedPaths", note: "as MCP gitStatus, with deniedPaths [.env secrets/**] (.env is untracked)", fn: m.toolIn(denied, "gitStatus", `"clean":false`)},
-		{name: "MCP gitDiff, deniedPaths", note: "as MCP gitDiff, with deniedPaths [.env secrets/**]: names, check, diff", fn: m.toolIn(denied, "gitDiff", `"empty":false`)},
+		{name: "MCP gitDiff, deniedPaths", note: "as MCP gitDiff, with deniedPaths [.env secrets/**]: one git run (names ahead of the patch), the check", fn: m.toolIn(denied, "gitDiff", `"empty":false`)},
 		{name: "MCP runCommand git status --porcelain", note: "the same git command through runCommand: what any command pays", fn: m.run("git", "status", "--porcelain")},
 	}
 	anchors := []*row{
