@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path"
 	"strings"
 	"time"
 
@@ -167,7 +168,8 @@ func benchLSP(ctx context.Context, e *env) ([]bench.Row, error) {
 	// file of the upload, p0/f0.go) and the one asked about. (gopls answers much faster
 	// about a symbol of a package it has a file of open, ~1 ms instead of ~10: the symbol
 	// asked about is in p4, which neither has open.)
-	if err := direct.open(ctx, "/workspace/lspbench", "/workspace/lspbench/p0/f0.go", "/workspace/"+file); err != nil {
+	// Opened as the agent opens it: the workspace root is the folder (the module is in it).
+	if err := direct.open(ctx, "/workspace", "/workspace/lspbench/p0/f0.go", "/workspace/"+file); err != nil {
 		return rows, err
 	}
 	p := map[string]any{"textDocument": map[string]string{"uri": "file:///workspace/" + file},
@@ -242,7 +244,7 @@ func directGopls(ctx context.Context, container string) (*stdioGopls, error) {
 		"GOCACHE=/tmp/.cache/go-build", "GOFLAGS=-mod=mod", "GOPROXY=off", "CGO_ENABLED=0"} {
 		args = append(args, "-e", kv)
 	}
-	cmd := exec.Command("docker", append(args, "-w", "/workspace/lspbench", container, "gopls")...)
+	cmd := exec.Command("docker", append(args, "-w", "/workspace", container, "gopls")...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -275,7 +277,7 @@ func (g *stdioGopls) open(ctx context.Context, root string, files ...string) err
 	    "publishDiagnostics": {"versionSupport": true}},
 	  "window": {"workDoneProgress": true}}`)
 	if err := g.conn.Call(ctx, "initialize", map[string]any{"processId": nil, "rootUri": "file://" + root,
-		"capabilities": caps, "workspaceFolders": []map[string]string{{"uri": "file://" + root, "name": "lspbench"}}}, &init); err != nil {
+		"capabilities": caps, "workspaceFolders": []map[string]string{{"uri": "file://" + root, "name": path.Base(root)}}}, &init); err != nil {
 		return fmt.Errorf("initialize: %w", err)
 	}
 	if err := g.conn.Notify(ctx, "initialized", map[string]any{}); err != nil {
@@ -297,7 +299,7 @@ func (g *stdioGopls) open(ctx context.Context, root string, files ...string) err
 // containerOf is the container a `docker exec` command runs in (its last flag's value).
 func containerOf(cmd *exec.Cmd) string {
 	for i, a := range cmd.Args {
-		if a == "/workspace/lspbench" && i+1 < len(cmd.Args) {
+		if a == "/workspace" && i+1 < len(cmd.Args) {
 			return cmd.Args[i+1]
 		}
 	}
