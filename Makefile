@@ -9,6 +9,8 @@ VERSION := $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' version/version.g
 COMMIT  := $(shell git rev-parse --verify -q --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(MODULE)/version.Commit=$(COMMIT)
 GOBUILD := CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)"
+# The native launcher (sandbox/agent/launcher) is C, linked static: make deps installs gcc.
+CC ?= cc
 
 # Fuzz targets run by `make test`, as package:FuzzName. A target whose function does not
 # exist yet is skipped with a message.
@@ -29,10 +31,11 @@ help: ## list the targets
 deps: ## install docker.io, redis-server, debootstrap and start dockerd (scripts/deps.sh)
 	@scripts/deps.sh
 
-build: ## build bin/cws and bin/cws-agent (static, trimmed)
+build: ## build bin/cws, bin/cws-agent and bin/cws-launch (static, trimmed)
 	@mkdir -p bin
 	$(GOBUILD) -o bin/cws ./cmd/cws
 	$(GOBUILD) -o bin/cws-agent ./cmd/cws-agent
+	$(CC) -static -O2 -s -Wall -o bin/cws-launch sandbox/agent/launcher/cws-launch.c
 
 images: deps ## build cws-workspace:<version> and cws-testbox:<version> (scripts/images.sh)
 	@scripts/images.sh

@@ -2,8 +2,8 @@
 #
 # Built offline, with no registry: scripts/cws-image.sh (or, from the repo root,
 #   docker build -f deploy/cws.Dockerfile -t cws:0.1.0 .
-# after `make build images`). The root .dockerignore keeps the context to bin/cws and
-# bin/cws-agent, which `make build` makes static (CGO_ENABLED=0) on the host: no Go
+# after `make build images`). The root .dockerignore keeps the context to bin/cws,
+# bin/cws-agent and bin/cws-launch, which `make build` makes static (CGO_ENABLED=0) on the host: no Go
 # builder image can be pulled here.
 #
 # Stage 1 is the locally built Debian base (cws-debian:bookworm, from scripts/images.sh:
@@ -23,11 +23,12 @@ RUN set -eu; \
     chmod 1777 /rootfs/tmp; \
     chown 65532:65532 /rootfs/home/nonroot
 
-# The final stage has no shell, no libc and no package manager: two static binaries,
+# The final stage has no shell, no libc and no package manager: three static binaries
+# (cws; the agent; its native launcher, which pods' init containers install beside it),
 # CA certificates and the user database.
 FROM scratch
 COPY --from=rootfs /rootfs/ /
-COPY bin/cws bin/cws-agent /
+COPY bin/cws bin/cws-agent bin/cws-launch /
 
 # cws runs as an unprivileged user. It needs exactly one privilege: talking to the Docker
 # engine, whose socket (/var/run/docker.sock, mode 0660 root:docker) only root and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cws-image.sh — build the images the compose stack runs, with no registry:
-#   cws:<version>        deploy/cws.Dockerfile: FROM scratch, bin/cws + bin/cws-agent
+#   cws:<version>        deploy/cws.Dockerfile: FROM scratch, bin/cws + bin/cws-agent + bin/cws-launch
 #   cws-redis:<version>  deploy/compose/redis.Dockerfile: Debian's redis-server
 #
 # Both start from cws-debian:bookworm, which `make images` (scripts/images.sh) builds;
@@ -12,7 +12,7 @@
 # Environment:
 #   VERSION            image tag (default: const Version in version/version.go)
 #   CWS_IMAGE          name:tag of the cws image (default cws:$VERSION)
-#   CWS_BIN_DIR        directory holding cws and cws-agent (default bin, from make build)
+#   CWS_BIN_DIR        directory holding cws, cws-agent and cws-launch (default bin, from make build)
 #   CWS_DEBIAN_MIRROR  Debian mirror for the redis image's apt-get (default: the base's)
 set -euo pipefail
 
@@ -50,17 +50,17 @@ trap '[ -z "$ctx" ] || rm -rf "$ctx"' EXIT
 
 build_cws() {
 	local dir=${CWS_BIN_DIR:-bin}
-	for b in "$dir/cws" "$dir/cws-agent"; do
+	for b in "$dir/cws" "$dir/cws-agent" "$dir/cws-launch"; do
 		[ -x "$b" ] || die "$b is missing; run make build first"
 		# ldd fails on a static binary; a dynamic one cannot run in a FROM-scratch image.
 		if ldd "$b" >/dev/null 2>&1; then
 			die "$b is dynamically linked; build it with CGO_ENABLED=0 (make build)"
 		fi
 	done
-	# The context is the two binaries under bin/, as deploy/cws.Dockerfile expects.
+	# The context is the three binaries under bin/, as deploy/cws.Dockerfile expects.
 	ctx=$(mktemp -d)
 	mkdir "$ctx/bin"
-	cp "$dir/cws" "$dir/cws-agent" "$ctx/bin/"
+	cp "$dir/cws" "$dir/cws-agent" "$dir/cws-launch" "$ctx/bin/"
 	build "${CWS_IMAGE:-cws:$VERSION}" -f deploy/cws.Dockerfile --build-arg "BASE=$BASE_IMAGE" "$ctx"
 }
 

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 )
 
 // runInstall is what an engine without volumes of its own runs before the sandbox's
 // first container: the Kubernetes driver's init container (the cws image) runs
-// `cws-agent install <dir>`, which copies this binary into dir (an emptyDir that the
-// workspace container mounts read-only at /.cws) and moves the socket secret from its
+// `cws-agent install <dir>`, which copies this binary, and the native launcher beside
+// it (cws-launch, when the image has it), into dir (an emptyDir that the workspace
+// container mounts read-only at /.cws) and moves the socket secret from its
 // own environment (CWS_AGENT_SECRET, the init container's alone) into
 // /.cws-run/secret (0400), where the agent's init takes it and removes it. The
 // workspace container's environment never holds the secret, so no `kubectl exec`
@@ -23,30 +25,18 @@ func runInstall(args []string) error {
 		return errors.New("usage: cws-agent install <absolute directory>")
 	}
 	dir := args[0]
-	self, err := os.Open("/proc/self/exe")
-	if err != nil {
-		return err
-	}
-	defer self.Close()
 	dst := filepath.Join(dir, "cws-agent")
-	tmp, err := os.CreateTemp(dir, ".cws-agent-*")
-	if err != nil {
+	if err := installFile("/proc/self/exe", dst); err != nil {
 		return fmt.Errorf("install into %s: %w", dir, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, self); err != nil {
-		tmp.Close()
-		return fmt.Errorf("install into %s: %w", dir, err)
-	}
-	if err := tmp.Chmod(0o555); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("install into %s: %w", dir, err)
+	// The native launcher, when the image has it beside the agent (launch.Native).
+	if exe, err := os.Executable(); err == nil {
+		src := filepath.Join(filepath.Dir(exe), launch.NativeName)
+		if err := installFile(src, filepath.Join(dir, launch.NativeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("install %s into %s: %w", launch.NativeName, dir, err)
+		} else if err == nil {
+			fmt.Printf("%s installed at %s\n", launch.NativeName, filepath.Join(dir, launch.NativeName))
+		}
 	}
 	if secret := os.Getenv(agent.EnvSecret); secret != "" {
 		p := filepath.Join(agent.RunDir, agent.SecretFile)
@@ -57,4 +47,31 @@ func runInstall(args []string) error {
 	}
 	fmt.Printf("cws-agent installed at %s\n", dst)
 	return nil
+}
+
+// installFile copies src to dst (mode 0555) through a temporary file in dst's directory
+// and a rename, as the agent itself is installed.
+func installFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
 }

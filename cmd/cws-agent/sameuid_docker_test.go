@@ -21,6 +21,7 @@ import (
 
 	"github.com/cwsdev/cws/internal/testenv"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/version"
 )
 
@@ -128,6 +129,15 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build cws-agent: %v\n%s", err, out)
 	}
+	// The native launcher, installed beside the agent as a pod's init container does.
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		testenv.RequireCI(t, "a C compiler for cws-launch (make deps)", err)
+	}
+	native := filepath.Join(dir, launch.NativeName)
+	if out, err := exec.Command(cc, "-static", "-O2", "-o", native, filepath.Join("..", "..", "sandbox", "agent", "launcher", "cws-launch.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cws-launch: %v\n%s", err, out)
+	}
 	must := func(err error, what string) {
 		t.Helper()
 		if err != nil {
@@ -157,7 +167,7 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 
 	// /.cws-run: what the pod's init container leaves there (an emptyDir, 0777,
 	// the secret 0400 and the tool user's), on a volume of this test's own.
-	_, err := docker(nil, "volume", "create", "--label", "cws.test=sameuid", name)
+	_, err = docker(nil, "volume", "create", "--label", "cws.test=sameuid", name)
 	must(err, "volume create")
 	t.Cleanup(func() {
 		_ = exec.Command("docker", "rm", "-f", name).Run()
@@ -172,7 +182,7 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 	_, err = docker(nil, "run", "-d", "--name", name, "--label", "cws.test=sameuid",
 		"--user", "1000:1000", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--read-only", "--tmpfs", "/tmp:mode=1777", "--tmpfs", "/workspace:uid=1000,gid=1000,mode=0755",
-		"-v", name+":"+agent.RunDir, "-v", bin+":/.cws/cws-agent:ro",
+		"-v", name+":"+agent.RunDir, "-v", bin+":/.cws/cws-agent:ro", "-v", native+":/.cws/"+launch.NativeName+":ro",
 		"-e", agent.EnvListen+"=:"+strconv.Itoa(agent.DefaultPort),
 		"-e", "CWS_UID_GID=1000:1000", "-e", agent.EnvAgentUser+"=1000:1000",
 		"--workdir", "/workspace", "--entrypoint", "/.cws/cws-agent", version.WorkspaceImage, "init")
@@ -233,6 +243,10 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 	}
 	if !ping.Scoped {
 		t.Fatalf("ping: the tool processes are not scoped (Landlock ABI %d): nothing keeps them from the agent", ping.Landlock)
+	}
+	// Tool processes start through the native launcher (the probes below run through it).
+	if logs, err := exec.Command("docker", "logs", name).CombinedOutput(); err != nil || !strings.Contains(string(logs), "launcher=/.cws/"+launch.NativeName) {
+		t.Errorf("the agent does not start tool processes through /.cws/%s: %v\n%s", launch.NativeName, err, logs)
 	}
 	id, err := c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c", "id -u; id -g; grep CapEff /proc/self/status"}}, nil, nil)
 	must(err, "exec id")

@@ -18,7 +18,7 @@ func init() {
 		Run:   benchGit,
 	})
 	goals = append(goals,
-		goal{Order: 34, Figure: "MCP gitStatus, 20-file repository, p50, vs git status --porcelain in the container",
+		goal{Order: 39, Figure: "MCP gitStatus, 20-file repository, p50, vs git status --porcelain in the container",
 			Row: "MCP gitStatus", Anchor: "git status --porcelain in the container", Slower: 1.5})
 	ratios = append(ratios,
 		ratio{Num: "MCP gitDiff", Den: "git diff in the container", Target: 1.5, AtMost: true},

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +48,7 @@ func init() {
 		goal{Order: 62, Figure: "kube read 4 KiB, direct path vs kubectl exec cat", Row: "kube read 4 KiB, direct", Anchor: "kubectl exec cat 4 KiB", Faster: 20},
 		goal{Order: 63, Figure: "kube read 4 KiB, exec stream vs the direct path", Row: "kube read 4 KiB, exec stream", Anchor: "kube read 4 KiB, direct"},
 		goal{Order: 64, Figure: "kube session create→ready, cold, p50", Row: "kube create→ready, cold"},
+		goal{Order: 66, Figure: "kube exec true (same-uid launcher) vs true in the pod", Row: "kube exec true, direct", Anchor: "true in the pod", MaxOver: 3 * time.Millisecond},
 		goal{Order: 65, Figure: fmt.Sprintf("%d kube session creates at once (wall)", parallelCreates), Row: fmt.Sprintf("%d kube creates at once: wall", parallelCreates)},
 	)
 }
@@ -171,7 +174,44 @@ func benchKube(ctx context.Context, e *env) ([]bench.Row, error) {
 	} else {
 		return rows, err
 	}
+	// A command's start: in a pod every tool process starts through the launcher
+	// in a scoped Landlock domain of its own (same-uid mode), beside `true` in a loop in
+	// the pod and the Docker agent's start below.
+	execTrue := func(c *agent.Client) func(context.Context) error {
+		return func(ctx context.Context) error {
+			r, err := c.Exec(ctx, agent.ExecArgs{Argv: []string{"true"}}, nil, nil)
+			if err == nil && r.ExitCode != 0 {
+				err = fmt.Errorf("exec true: exit %d %s", r.ExitCode, r.StartError)
+			}
+			return err
+		}
+	}
+	if s, err := bench.Run(ctx, 10, e.iterations(200), execTrue(b.Client)); err == nil {
+		row := bench.Summarize("kube exec true, direct", s)
+		row.Note = "the agent's exec op in a pod: through the native launcher /.cws/cws-launch (same-uid mode)"
+		rows = append(rows, row)
+	} else {
+		return rows, err
+	}
+	var inPod []time.Duration
+	for range e.iterations(5) {
+		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kc, "exec", "-n", kubeBenchNamespace, b.ID, "-c", "workspace", "--",
+			"sh", "-c", loopScript("/usr/bin/true")).Output()
+		ns, perr := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil || perr != nil {
+			return rows, fmt.Errorf("true in the pod: %v %q", err, out)
+		}
+		inPod = append(inPod, time.Duration(ns/anchorBatch))
+	}
+	pod := bench.Summarize("true in the pod", inPod)
+	pod.Note = fmt.Sprintf("/usr/bin/true in a sh loop in the pod (kubectl exec), the mean of %d runs per sample", anchorBatch)
+	rows = append(rows, pod)
 	if db, err := e.sandbox(ctx); err == nil {
+		if s, err := bench.Run(ctx, 10, e.iterations(200), execTrue(db.Client)); err == nil {
+			row := bench.Summarize("docker exec true, same run", s)
+			row.Note = "the Docker driver's agent exec op (root mode: no launcher), for the comparison"
+			rows = append(rows, row)
+		}
 		if _, err := db.Client.WriteFile(ctx, agent.WriteArgs{Path: "bench/k4k", Create: true, Mkdirs: true}, content); err == nil {
 			if s, err := bench.Run(ctx, 20, calls, func(ctx context.Context) error {
 				_, _, err := db.Client.ReadFile(ctx, agent.ReadArgs{Path: "bench/k4k"})

@@ -35,13 +35,13 @@ func init() {
 		ratio{Num: "exec id, allowlist", Den: "exec id, direct", Target: 1.3, AtMost: true},
 	)
 	goals = append(goals,
-		goal{Order: 30, Figure: "MCP runCommand true under allowedCommands, p50, vs true in the container",
+		goal{Order: 35, Figure: "MCP runCommand true under allowedCommands, p50, vs true in the container",
 			Row: "MCP runCommand true, allowlist", Anchor: "true in the container", MaxOver: 3 * time.Millisecond},
-		goal{Order: 31, Figure: "MCP runCommand id under allowedCommands, p50, vs id in the container",
+		goal{Order: 36, Figure: "MCP runCommand id under allowedCommands, p50, vs id in the container",
 			Row: "MCP runCommand id, allowlist", Anchor: "id in the container", MaxOver: 3 * time.Millisecond},
-		goal{Order: 32, Figure: "MCP runCommand true: allowedCommands vs none",
+		goal{Order: 37, Figure: "MCP runCommand true: allowedCommands vs none",
 			Row: "MCP runCommand true, allowlist", Anchor: "MCP runCommand true", Slower: 1.3},
-		goal{Order: 33, Figure: "MCP runCommand id: allowedCommands vs none",
+		goal{Order: 38, Figure: "MCP runCommand id: allowedCommands vs none",
 			Row: "MCP runCommand id, allowlist", Anchor: "MCP runCommand id", Slower: 1.3},
 	)
 }

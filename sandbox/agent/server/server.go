@@ -121,7 +121,13 @@ func New(cfg Config) (*Server, error) {
 			} else if rs, err := launch.NewScopeRuleset(scoped); err != nil {
 				s.scopeErr, scoped = err, 0
 			} else {
-				s.exec.Scope, s.exec.Launcher, s.scoped = rs, cfg.Launcher, true
+				// The native launcher when it is installed beside the agent and works.
+				launcher, err := launch.Native(cfg.Launcher, rs)
+				if err != nil && !errors.Is(err, os.ErrNotExist) {
+					s.log.Warn("native launcher unusable: commands start through the agent binary", "err", err)
+				}
+				s.log.Info("same-uid mode: tool processes start in scoped Landlock domains of their own", "launcher", launcher)
+				s.exec.Scope, s.exec.Launcher, s.scoped = rs, launcher, true
 			}
 		}
 		s.exec.Rulesets = launch.NewScopedCache(agent.SafePath, 0, scoped)

@@ -123,6 +123,10 @@ func listenAbstract(t *testing.T) string {
 // scoped policy's ruleset restricts execution as well; an unscoped one (root mode)
 // leaves signals alone.
 func TestStartViaScope(t *testing.T) {
+	forEachLauncher(t, testStartViaScope)
+}
+
+func testStartViaScope(t *testing.T, launcher string) {
 	requireScopes(t)
 	self := os.Getpid()
 	name := listenAbstract(t)
@@ -130,7 +134,7 @@ func TestStartViaScope(t *testing.T) {
 	must(t, err)
 	defer scope.Close()
 	via := func(rs *Ruleset) func(*exec.Cmd) error {
-		return func(cmd *exec.Cmd) error { return rs.StartVia(os.Args[0], cmd) }
+		return func(cmd *exec.Cmd) error { return rs.StartVia(launcher, cmd) }
 	}
 
 	sibling := exec.Command("sleep", "30")
@@ -187,7 +191,7 @@ func TestStartViaScope(t *testing.T) {
 	must(t, err)
 	cache := NewScopedCache(os.Getenv("PATH"), 0, ScopeAll)
 	defer cache.Close()
-	viaPolicy := func(cmd *exec.Cmd) error { return cache.StartVia(os.Args[0], nil, []string{exe}, "", cmd) }
+	viaPolicy := func(cmd *exec.Cmd) error { return cache.StartVia(launcher, nil, []string{exe}, "", cmd) }
 	got = probe(t, viaPolicy, name, self)
 	if k := "signal_" + strconv.Itoa(self); got[k] != "EPERM" || got["connect"] != "EPERM" {
 		t.Errorf("from a scoped policy's command: %s = %q, connect = %q, want EPERM", k, got[k], got["connect"])
@@ -201,7 +205,7 @@ func TestStartViaScope(t *testing.T) {
 	// Unscoped (root mode's rulesets): signals and sockets are left alone.
 	plain := NewCache(os.Getenv("PATH"), 0)
 	defer plain.Close()
-	got = probe(t, func(cmd *exec.Cmd) error { return plain.StartVia(os.Args[0], nil, []string{exe}, "", cmd) }, name, self)
+	got = probe(t, func(cmd *exec.Cmd) error { return plain.StartVia(launcher, nil, []string{exe}, "", cmd) }, name, self)
 	if k := "signal_" + strconv.Itoa(self); got[k] != "ok" || got["connect"] != "ok" {
 		t.Errorf("from an unscoped policy's command: %s = %q, connect = %q, want both ok", k, got[k], got["connect"])
 	}
@@ -210,14 +214,18 @@ func TestStartViaScope(t *testing.T) {
 // TestStartViaRefusal: the launcher's refusal is the start's error, and the
 // command's fields are as they were.
 func TestStartViaRefusal(t *testing.T) {
+	forEachLauncher(t, testStartViaRefusal)
+}
+
+func testStartViaRefusal(t *testing.T, launcher string) {
 	requireScopes(t)
 	scope, err := NewScopeRuleset(ScopeAll)
 	must(t, err)
 	defer scope.Close()
 	cmd := exec.Command("/nonexistent/prog", "x")
 	cmd.Env = append(os.Environ(), "CWS_SCOPE_LAUNCHER=1")
-	err = scope.StartVia(os.Args[0], cmd)
-	if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+	err = scope.StartVia(launcher, cmd)
+	if err == nil || !strings.Contains(err.Error(), "exec /nonexistent/prog: no such file or directory") {
 		t.Errorf("a missing program: %v", err)
 	}
 	if cmd.Path != "/nonexistent/prog" || len(cmd.Args) != 2 || len(cmd.ExtraFiles) != 0 {
@@ -236,7 +244,8 @@ func BenchmarkScopedStart(b *testing.B) {
 	defer scope.Close()
 	c := NewCache("/usr/bin", 0)
 	defer c.Close()
-	for _, mode := range []string{"direct", "throwaway-thread", "launcher-scoped"} {
+	native := nativeLauncher(b)
+	for _, mode := range []string{"direct", "throwaway-thread", "launcher-scoped", "native-launcher-scoped"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				cmd := exec.Command("/usr/bin/true")
@@ -246,6 +255,8 @@ func BenchmarkScopedStart(b *testing.B) {
 					err = cmd.Start()
 				case "throwaway-thread":
 					err = c.Start([]string{"true"}, nil, "", cmd.Start)
+				case "native-launcher-scoped":
+					err = scope.StartVia(native, cmd)
 				default:
 					err = scope.StartVia(os.Args[0], cmd)
 				}
@@ -266,6 +277,10 @@ func BenchmarkScopedStart(b *testing.B) {
 // restricted in place, Ruleset.Start, it found that thread still alive, and in its
 // own domain, in about half the starts: launch/scope.go.)
 func TestStartViaNoAgentThread(t *testing.T) {
+	forEachLauncher(t, testStartViaNoAgentThread)
+}
+
+func testStartViaNoAgentThread(t *testing.T, launcher string) {
 	requireScopes(t)
 	scope, err := NewScopeRuleset(ScopeAll)
 	must(t, err)
@@ -276,7 +291,7 @@ func TestStartViaNoAgentThread(t *testing.T) {
 		cmd.Env = append(os.Environ(), "CWS_SCOPE_LAUNCHER=1")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		must(t, scope.StartVia(os.Args[0], cmd))
+		must(t, scope.StartVia(launcher, cmd))
 		must(t, cmd.Wait())
 		if strings.Contains(out.String(), "hit") {
 			t.Fatalf("start %d: the command could signal a thread of the process that started it: %s", i, out.String())
