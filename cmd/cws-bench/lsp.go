@@ -28,7 +28,10 @@ func init() {
 	goals = append(goals,
 		goal{Order: 46, Figure: "warm LSP hover, p50, vs gopls over stdio", Row: "lsp hover (agent)", Anchor: "lsp hover (gopls stdio)", Slower: 1.2},
 		goal{Order: 47, Figure: "warm LSP definition, p50, vs gopls over stdio", Row: "lsp definition (agent)", Anchor: "lsp definition (gopls stdio)", Slower: 1.2},
-		goal{Order: 48, Figure: "warm LSP references, p50, vs gopls over stdio", Row: "lsp references (agent)", Anchor: "lsp references (gopls stdio)", Slower: 1.2})
+		goal{Order: 48, Figure: "warm LSP references, p50, vs gopls over stdio", Row: "lsp references (agent)", Anchor: "lsp references (gopls stdio)", Slower: 1.2},
+		goal{Order: 49, Figure: "warm LSP hover over MCP, p50, vs gopls over stdio", Row: "lsp hover (MCP)", Anchor: "lsp hover (gopls stdio)", Slower: 1.2},
+		goal{Order: 49, Figure: "warm LSP definition over MCP, p50, vs gopls over stdio", Row: "lsp definition (MCP)", Anchor: "lsp definition (gopls stdio)", Slower: 1.2},
+		goal{Order: 49, Figure: "warm LSP references over MCP, p50, vs gopls over stdio", Row: "lsp references (MCP)", Anchor: "lsp references (gopls stdio)", Slower: 1.2})
 	goals = append(goals, goal{Order: 45, Figure: "first LSP answer 5 s after a Go module's upload, p50",
 		Row: lspAfterUpload, Anchor: "lsp first answer (gopls stdio)", MaxP50: time.Second})
 }
@@ -180,6 +183,33 @@ func benchLSP(ctx context.Context, e *env) ([]bench.Row, error) {
 	}
 	rows = append(rows, bench.Row{Name: "lsp first answer (gopls stdio)", N: 1, Mean: time.Since(start), P50: time.Since(start), P99: time.Since(start),
 		Note: "a second gopls, same container, same module, same files open: start, load, definition (gopls's caches already warm)"})
+	// The same questions over MCP, as a client outside cws asks them: a session of the
+	// real router (JWT, MCP, the lsp toolset), the module uploaded into its sandbox.
+	e.logf("lsp: an MCP session with the module uploaded…")
+	m, err := newMCPRunner(ctx, e)
+	if err != nil {
+		return rows, err
+	}
+	defer m.close(ctx)
+	mb := readyBox(e.driver, m.open.s.Sandbox)
+	defer mb.Client.Close()
+	if err := upload(ctx, mb); err != nil {
+		return rows, fmt.Errorf("upload into the MCP session's sandbox: %w", err)
+	}
+	ml := *m // the same server, the lsp toolset's endpoint
+	ml.endpoint += "?toolsets=lsp"
+	viaMCP := func(tool string) func(context.Context) error {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+			"params": map[string]any{"name": tool, "arguments": json.RawMessage(pos)}})
+		return func(ctx context.Context) error {
+			got, err := ml.post(ctx, m.open.token, body)
+			if err == nil && (!bytes.Contains(got, []byte(`"result"`)) || bytes.Contains(got, []byte(`"isError":true`))) {
+				err = fmt.Errorf("MCP %s: %.300s", tool, got)
+			}
+			return err
+		}
+	}
+
 	// As the agent's had: time to finish what it does after its first answer (diagnosing
 	// the workspace), so both are measured settled.
 	time.Sleep(5 * time.Second)
@@ -198,7 +228,8 @@ func benchLSP(ctx context.Context, e *env) ([]bench.Row, error) {
 			var out json.RawMessage
 			return direct.conn.Call(ctx, t.method, t.params, &out)
 		}
-		var agentSamples, stdioSamples []time.Duration
+		mcpCall := viaMCP(t.tool)
+		var agentSamples, stdioSamples, mcpSamples []time.Duration
 		n := e.iterations(200)
 		for i := range n + 5 {
 			a, err := bench.Run(ctx, 0, 1, viaAgent)
@@ -209,12 +240,19 @@ func benchLSP(ctx context.Context, e *env) ([]bench.Row, error) {
 			if err != nil {
 				return rows, fmt.Errorf("gopls stdio %s: %w", t.name, err)
 			}
+			mc, err := bench.Run(ctx, 0, 1, mcpCall)
+			if err != nil {
+				return rows, err
+			}
 			if i >= 5 { // the first five warm up
-				agentSamples, stdioSamples = append(agentSamples, a...), append(stdioSamples, d...)
+				agentSamples, stdioSamples, mcpSamples = append(agentSamples, a...), append(stdioSamples, d...), append(mcpSamples, mc...)
 			}
 		}
 		row := bench.Summarize("lsp "+t.name+" (agent)", agentSamples)
 		row.Note = "agent op lsp over the " + e.transport + " path, file synced from disk"
+		rows = append(rows, row)
+		row = bench.Summarize("lsp "+t.name+" (MCP)", mcpSamples)
+		row.Note = "MCP tools/call " + t.tool + " from outside: HTTP, JWT, the lsp toolset, the agent, gopls (another sandbox, same module)"
 		rows = append(rows, row)
 		row = bench.Summarize("lsp "+t.name+" (gopls stdio)", stdioSamples)
 		row.Note = "JSON-RPC straight to gopls over `docker exec -i` stdio"
