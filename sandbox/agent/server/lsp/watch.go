@@ -2,11 +2,14 @@ package lsp
 
 import (
 	"context"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Servers read the files nobody opened from disk themselves, and learn that one changed
@@ -27,17 +30,24 @@ type stamp struct {
 
 func (c *call) watch(ctx context.Context, lang *Language, rel string) error {
 	dir := path.Dir(rel)
-	ents, err := os.ReadDir(filepath.Join(c.m.cfg.Root, dir))
-	if err != nil || len(ents) > maxWatchedDir {
+	d, err := os.Open(filepath.Join(c.m.cfg.Root, dir))
+	if err != nil {
 		return nil
 	}
-	now := map[string]stamp{}
+	defer d.Close()
+	ents, err := d.ReadDir(maxWatchedDir + 1)
+	if (err != nil && err != io.EOF) || len(ents) > maxWatchedDir {
+		return nil
+	}
+	now := make(map[string]stamp, len(ents))
 	for _, e := range ents {
 		if !e.Type().IsRegular() || !watched(lang, e.Name()) {
 			continue
 		}
-		if fi, err := e.Info(); err == nil {
-			now[e.Name()] = stamp{fi.Size(), fi.ModTime()}
+		// Relative to the directory: one component to look up, not the whole path.
+		var st unix.Stat_t
+		if unix.Fstatat(int(d.Fd()), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			now[e.Name()] = stamp{st.Size, time.Unix(st.Mtim.Unix())}
 		}
 	}
 	s := c.s
