@@ -50,7 +50,8 @@ func TestHeal(t *testing.T) {
 				t.Helper()
 				_, err := c.WriteFile(ctx, agent.WriteArgs{Path: "probe.txt", Create: true}, []byte("x"))
 				if !errors.Is(err, agent.ErrUnresponsive) {
-					t.Fatalf("write on a stopped agent = %v, want ErrUnresponsive", err)
+					top, _ := d.cli.ContainerTop(context.WithoutCancel(ctx), info.ID, []string{"-eo", "pid,stat,args"})
+					t.Fatalf("write on a stopped agent = %v, want ErrUnresponsive; the container's processes: %v", err, top.Processes)
 				}
 			}
 			back := func(t *testing.T) agent.PingResult {
@@ -107,14 +108,60 @@ func TestHeal(t *testing.T) {
 
 // stopAgent sends SIGSTOP to the container's `cws-agent serve` and `cws-agent init`
 // from the host (their host pids come from the engine); without root on the host, from
-// inside the container as root.
+// inside the container as root. As root it also waits until the kernel shows them
+// stopped, and lists the container again: a serve that init started meanwhile (the last
+// restart's) is stopped too, so no agent process is left to answer.
 func stopAgent(t *testing.T, d *Driver, id string) {
+	t.Helper()
+	stopped := map[int]bool{}
+	for round := 0; ; round++ {
+		fresh := 0
+		for _, p := range agentProcesses(t, d, id) {
+			if stopped[p.pid] {
+				continue
+			}
+			var err error
+			if os.Geteuid() == 0 {
+				err = syscall.Kill(p.pid, syscall.SIGSTOP)
+			} else {
+				sub := p.args[strings.LastIndex(p.args, " ")+1:]
+				_, _, err = d.Exec(t.Context(), id, []string{"sh", "-c", fmt.Sprintf(
+					`for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < $p/cmdline)" = "%s %s " ] && kill -STOP ${p#/proc/}; done; true`, agentPath, sub)}, "0:0")
+			}
+			if err != nil {
+				t.Fatalf("SIGSTOP %s: %v", p.args, err)
+			}
+			if os.Geteuid() == 0 {
+				waitStopped(t, p.pid)
+			}
+			stopped[p.pid] = true
+			fresh++
+		}
+		if fresh == 0 || os.Geteuid() != 0 {
+			break
+		}
+		if round == 5 {
+			t.Fatalf("agent processes keep appearing: %v", agentProcesses(t, d, id))
+		}
+	}
+	if len(stopped) < 2 && os.Geteuid() == 0 {
+		t.Fatalf("stopped %d agent processes, want init and serve: %v", len(stopped), agentProcesses(t, d, id))
+	}
+}
+
+type agentProc struct {
+	pid  int
+	args string
+}
+
+// agentProcesses lists the container's `cws-agent serve` and `cws-agent init` (host pids).
+func agentProcesses(t *testing.T, d *Driver, id string) []agentProc {
 	t.Helper()
 	top, err := d.cli.ContainerTop(t.Context(), id, []string{"-eo", "pid,args"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []agentProc
 	for _, p := range top.Processes {
 		if len(p) < 2 || (!strings.HasSuffix(p[1], "cws-agent serve") && !strings.HasSuffix(p[1], "cws-agent init")) {
 			continue
@@ -123,19 +170,23 @@ func stopAgent(t *testing.T, d *Driver, id string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if os.Geteuid() == 0 {
-			err = syscall.Kill(pid, syscall.SIGSTOP)
-		} else {
-			sub := p[1][strings.LastIndex(p[1], " ")+1:]
-			_, _, err = d.Exec(t.Context(), id, []string{"sh", "-c", fmt.Sprintf(
-				`for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < $p/cmdline)" = "%s %s " ] && kill -STOP ${p#/proc/}; done; true`, agentPath, sub)}, "0:0")
-		}
+		out = append(out, agentProc{pid, p[1]})
+	}
+	return out
+}
+
+// waitStopped waits until the kernel shows pid stopped (state T), or it is gone.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			t.Fatalf("SIGSTOP %s: %v", p[1], err)
+			return // gone
 		}
-		n++
+		// pid (comm) STATE …: comm may hold spaces, so the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
 	}
-	if n < 2 {
-		t.Fatalf("stopped %d agent processes, want init and serve: %v", n, top.Processes)
-	}
+	t.Fatalf("pid %d never showed stopped after SIGSTOP", pid)
 }
