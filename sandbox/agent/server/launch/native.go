@@ -31,6 +31,7 @@ func Native(agent string, rs *Ruleset) (string, error) {
 		return agent, fmt.Errorf("%s is not an executable file", p)
 	}
 	cmd := exec.Command(agent, "version")
+	cmd.Env = []string{} // nothing of the agent's environment
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := rs.StartVia(p, cmd); err != nil {
