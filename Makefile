@@ -28,7 +28,7 @@ help: ## list the targets
 	@echo "cws $(VERSION) ($(COMMIT)) — make <target>:"
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-deps: ## install docker.io, redis-server, debootstrap and start dockerd (scripts/deps.sh)
+deps: ## install docker.io, redis-server, debootstrap, git, gcc + libc6-dev and start dockerd (scripts/deps.sh)
 	@scripts/deps.sh
 
 build: ## build bin/cws, bin/cws-agent and bin/cws-launch (static, trimmed)
