@@ -52,7 +52,7 @@ func TestCompose(t *testing.T) {
 		c.must(t, "go", "build", "-trimpath", "-o", filepath.Join(bin, pkg), "./cmd/"+pkg)
 	}
 	// The native launcher, as make build makes it (the cws image carries it).
-	host.must(t, "cc", "-static", "-O2", "-s", "-o", filepath.Join(bin, "cws-launch"), "sandbox/agent/launcher/cws-launch.c")
+	host.must(t, "cp", testenv.NativeLauncher(t), filepath.Join(bin, testenv.NativeLauncherName))
 	image := "cws:" + version.Version + "-test-" + suffix
 	t.Cleanup(func() { _, _ = host.run(context.Background(), "docker", "rmi", "-f", image) })
 	build := command{dir: root, env: []string{"CWS_IMAGE=" + image, "CWS_BIN_DIR=" + bin}, timeout: 10 * time.Minute}

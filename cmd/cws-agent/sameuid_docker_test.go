@@ -130,14 +130,7 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 		t.Fatalf("build cws-agent: %v\n%s", err, out)
 	}
 	// The native launcher, installed beside the agent as a pod's init container does.
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		testenv.RequireCI(t, "a C compiler for cws-launch (make deps)", err)
-	}
-	native := filepath.Join(dir, launch.NativeName)
-	if out, err := exec.Command(cc, "-static", "-O2", "-o", native, filepath.Join("..", "..", "sandbox", "agent", "launcher", "cws-launch.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build cws-launch: %v\n%s", err, out)
-	}
+	native := testenv.NativeLauncher(t)
 	must := func(err error, what string) {
 		t.Helper()
 		if err != nil {
@@ -167,7 +160,7 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 
 	// /.cws-run: what the pod's init container leaves there (an emptyDir, 0777,
 	// the secret 0400 and the tool user's), on a volume of this test's own.
-	_, err = docker(nil, "volume", "create", "--label", "cws.test=sameuid", name)
+	_, err := docker(nil, "volume", "create", "--label", "cws.test=sameuid", name)
 	must(err, "volume create")
 	t.Cleanup(func() {
 		_ = exec.Command("docker", "rm", "-f", name).Run()

@@ -3,47 +3,16 @@ package launch
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/cwsdev/cws/internal/testenv"
 )
 
-var native struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// nativeLauncher builds cws-launch from its C source with the host's cc, once per test
-// binary. Without a C compiler the test is skipped, except in CI (make deps installs
-// one), where it fails.
+// nativeLauncher is the native launcher built from its C source (testenv).
 func nativeLauncher(t testing.TB) string {
 	t.Helper()
-	native.once.Do(func() {
-		cc, err := exec.LookPath("cc")
-		if err != nil {
-			native.err = errors.New("no C compiler (cc): make deps installs gcc")
-			return
-		}
-		dir, err := os.MkdirTemp("", "cws-launch-test-")
-		if err != nil {
-			native.err = err
-			return
-		}
-		native.path = filepath.Join(dir, NativeName)
-		out, err := exec.Command(cc, "-static", "-O2", "-o", native.path, filepath.Join("..", "..", "launcher", "cws-launch.c")).CombinedOutput()
-		if err != nil {
-			native.err = errors.New("cc: " + err.Error() + ": " + string(out))
-		}
-	})
-	if native.err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("build the native launcher: %v", native.err)
-		}
-		t.Skipf("build the native launcher: %v", native.err)
-	}
-	return native.path
+	return testenv.NativeLauncher(t)
 }
 
 // forEachLauncher runs test with the agent's own launcher (this test binary, standing in
@@ -57,6 +26,9 @@ func forEachLauncher(t *testing.T, test func(t *testing.T, launcher string)) {
 // agent's `version` through a scoped start; a missing, non-executable or failing one
 // leaves the agent binary as the launcher, with the reason.
 func TestNative(t *testing.T) {
+	if testenv.NativeLauncherName != NativeName {
+		t.Fatalf("testenv builds %q, the agent looks for %q", testenv.NativeLauncherName, NativeName)
+	}
 	requireScopes(t)
 	scope, err := NewScopeRuleset(ScopeAll)
 	must(t, err)
