@@ -1,9 +1,11 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cwsdev/cws/internal/testenv"
 )
@@ -90,6 +92,105 @@ seen += os.path.exists("/.cws-run/secret")
 print("secret_readable=%d" % seen)
 `
 
+// tamperRunDirPy tries, as a tool process, every way to change the agent's socket
+// directory (when it has one: Docker's exec transport mounts none) and state: unlink its socket, create a file, move the socket aside or
+// another entry over it, plant a symlink, create a file in the state directory (in the
+// run directory in a pod, /tmp/.cws-agent on Docker). argv[1] names the entry point; the
+// outcomes go to tamper-<it>.out in the workspace, one "<what>=<outcome>" a line.
+const tamperRunDirPy = `
+import errno, os, sys
+R = "/.cws-run"
+sock = R + "/agent.sock"
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def create(p):
+    os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o644))
+res = [("rundir", int(os.path.isdir(R))), ("had_socket", int(os.path.exists(sock)))]
+other = [R + "/" + n for n in ("state", "secret") if os.path.lexists(R + "/" + n)]
+state = [d for d in (R + "/state", "/tmp/.cws-agent") if os.path.lexists(d)]
+res.append(("unlink", err(lambda: os.unlink(sock))))
+res.append(("create", err(lambda: create(R + "/planted"))))
+res.append(("rename_aside", err(lambda: os.rename(sock, R + "/moved.sock"))))
+res.append(("rename_over", err(lambda: os.replace(other[0], sock)) if other else "nothing to move"))
+res.append(("symlink", err(lambda: os.symlink("/workspace", R + "/link"))))
+res.append(("state_create", err(lambda: create(state[0] + "/planted")) if state else "no state directory"))
+res.append(("socket_kept", int(os.path.exists(sock))))
+res.append(("planted", int(any(os.path.lexists(R + "/" + n) for n in ("planted", "moved.sock", "link")))))
+out = "".join("%s=%s\n" % kv for kv in res) + "end\n"
+open("/workspace/tamper-%s.out" % sys.argv[1], "w").write(out)
+print(out)
+`
+
+// tamperRunDir runs tamperRunDirPy from each way a tool process starts — runCommand, a
+// terminal command, a background process, a run configuration — and wants every
+// change refused and the socket where it was.
+func tamperRunDir(t *testing.T, url, tok string) {
+	t.Helper()
+	c := connect(t, url+"/mcp", tok, "")
+	vs := connect(t, url+"/mcp?toolsets=vscode", tok, "")
+	c.call(t, "writeFile", map[string]any{"path": "tamper.py", "contents": tamperRunDirPy})
+	c.call(t, "writeFile", map[string]any{"path": ".vscode/launch.json", "contents": `{"configurations": [
+  {"name": "Tamper", "type": "python", "request": "launch", "program": "${workspaceFolder}/tamper.py", "args": ["runconf"]}]}`})
+	c.call(t, "runCommand", map[string]any{"command": "python3", "args": []string{"tamper.py", "command"}})
+	vs.vsText(t, "execute_terminal_command", map[string]any{"command": "python3 tamper.py terminal"})
+	c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"tamper.py", "background"}})
+	if s := vs.vsText(t, "run_configuration", map[string]any{"configName": "Tamper"}); s != "Run configuration started" {
+		t.Fatalf("run_configuration Tamper = %q", s)
+	}
+	for _, how := range []string{"command", "terminal", "background", "runconf"} {
+		var out string
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			res, err := c.callRaw("readFile", map[string]any{"path": "tamper-" + how + ".out"}, nil)
+			if err == nil && !res.IsError {
+				var r struct{ Content string }
+				if json.Unmarshal([]byte(text(res)), &r) == nil && strings.HasSuffix(r.Content, "end\n") {
+					out = r.Content
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the tamper script left no tamper-%s.out", how, how)
+			}
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				got[k] = v
+			}
+		}
+		t.Logf("%s: %v", how, got)
+		if got["state_create"] != "EACCES" {
+			t.Errorf("%s: state_create = %q, want EACCES", how, got["state_create"])
+		}
+		if got["rundir"] == "0" && !onKube() {
+			continue // Docker's exec transport mounts no socket directory
+		}
+		if got["had_socket"] != "1" {
+			t.Fatalf("%s: no agent socket in the run directory: %v", how, got)
+		}
+		for _, k := range []string{"unlink", "create", "rename_aside", "symlink"} {
+			if got[k] != "EACCES" {
+				t.Errorf("%s: %s = %q, want EACCES", how, k, got[k])
+			}
+		}
+		if v := got["rename_over"]; v == "ok" || v == "" {
+			t.Errorf("%s: rename_over = %q, want refused", how, v)
+		}
+		if got["socket_kept"] != "1" || got["planted"] != "0" {
+			t.Errorf("%s: socket_kept = %q, planted = %q, want 1 and 0", how, got["socket_kept"], got["planted"])
+		}
+	}
+	// The agent never noticed: the session goes on.
+	c.call(t, "writeFile", map[string]any{"path": "after-tamper.txt", "contents": "ok"})
+	if r := c.call(t, "runCommand", map[string]any{"command": "cat", "args": []string{"after-tamper.txt"}}); fmt.Sprint(r["stdout"]) != "ok" {
+		t.Errorf("runCommand after the tampering: %v", r)
+	}
+}
+
 // TestAgentOutOfReach runs, as the workspace user and through the public API, every
 // way a tool process could reach its agent: stop it, kill it, trace it, read its
 // environment, memory and descriptors, find the socket secret, replace or squat its
@@ -152,7 +253,9 @@ func TestAgentOutOfReach(t *testing.T) {
 				// by the kernel rather than closed by the agent.
 				want["impersonate"] = "PermissionError"
 			}
-			if tc.transport == "socket" {
+			if got["unlink_socket"] != "" {
+				// The run directory: the agent's uid keeps it on Docker, the tools'
+				// Landlock fence in a pod.
 				want["unlink_socket"] = "EACCES"
 				want["socket_kept"] = "1"
 				want["plant"] = "EACCES"
@@ -193,6 +296,9 @@ func TestAgentOutOfReach(t *testing.T) {
 			if o := strings.Fields(fmt.Sprint(owners["stdout"])); len(o) != 2 || o[0] != "1000:1000" || o[1] != "1000:1000" {
 				t.Errorf("files written by tools are owned by %v, want 1000:1000", o)
 			}
+
+			// The run directory and the agent's state, from every way a tool starts.
+			tamperRunDir(t, p.url, tok)
 
 		})
 	}

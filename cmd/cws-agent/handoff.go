@@ -170,6 +170,9 @@ func sameUIDInit(log *slog.Logger, h *handoff) error {
 	var k [32]byte
 	_, _ = rand.Read(k[:])
 	h.secrets.KeeperKey = hex.EncodeToString(k[:])
+	if !useRunDirState() {
+		log.Warn("same-uid mode without a socket directory: the agent's state stays on /tmp, where the tools can change it", "dir", agent.RunDir)
+	}
 	if err := os.MkdirAll(agentStateDir, 0o700); err != nil {
 		return fmt.Errorf("agent state %s: %w", agentStateDir, err)
 	}

@@ -18,9 +18,31 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent"
 )
 
-// agentStateDir is the agent's private state on the container's /tmp: it survives
-// `serve` being restarted, and only the agent uid may enter it.
-const agentStateDir = "/tmp/.cws-agent"
+// agentStateDir is the agent's private state: it survives `serve` being restarted.
+// In root mode it is on the container's /tmp, and only the agent uid may enter it; in
+// same-uid mode (useRunDirState) it is in the socket directory, which every tool
+// process is fenced off from writing (server.Config.Fenced). Set once, at start.
+var agentStateDir = "/tmp/.cws-agent"
+
+// useRunDirState moves the agent's state into its socket directory: same-uid mode,
+// where no file mode keeps the tools out of /tmp/.cws-agent, but their Landlock
+// fence keeps them from writing anywhere beneath agent.RunDir. Without a socket
+// directory the state stays on /tmp, and false says so.
+func useRunDirState() bool {
+	if fi, err := os.Stat(agent.RunDir); err != nil || !fi.IsDir() {
+		return false
+	}
+	agentStateDir = filepath.Join(agent.RunDir, "state")
+	return true
+}
+
+// procDir is where the process keeper holds the background processes (package keep):
+// the agent's private state, where they outlive serve.
+func procDir() string { return filepath.Join(agentStateDir, "procs") }
+
+// requestsDir keeps the outcomes of recent requests, so that they survive serve being
+// killed and restarted by init (server.Config.StateDir).
+func requestsDir() string { return filepath.Join(agentStateDir, "requests") }
 
 // agentCaps are the capabilities the agent keeps, and the only ones: SETUID and SETGID
 // to act as the tool user (its fs identity for workspace files, its credentials for
@@ -66,13 +88,20 @@ var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 //     command. Without Landlock scopes serve says so in its log and in ping
 //     (agent.PingResult.Scoped) and goes on, reachable.
 //
-// What same-uid mode can't protect, that root mode does: the agent's files. Its state
-// on /tmp (request outcomes, the keeper's records and socket) and /.cws-run are the
-// tool user's as much as the agent's: a tool can read, change or remove them (the
-// keeper's key turns a forged keeper into a refusal, not a takeover). Processes of
-// different calls are in different domains, so one command can't signal another
-// call's background process (killProcess can); and a `kubectl exec` as the pod's user
-// runs in no domain, so it can signal the agent as any operator could.
+// The agent's files, which root mode keeps by owner and mode, same-uid mode keeps with
+// the same domains: each also handles every Landlock right that changes the file
+// system and grants it everywhere but beneath the agent's own directories (its
+// binary's, /.cws, and its socket directory, /.cws-run: launch.Fence,
+// server.Config.Fenced). The agent's state moves from /tmp into /.cws-run/state
+// (useRunDirState), so the socket, the keeper's records and socket and the request
+// outcomes are all beyond a tool's reach to write: a restarted serve reads back only
+// what an agent process wrote. A tool may still read them, and connect to the sockets
+// (the secret handshake and the keeper's key decide who is served).
+//
+// What same-uid mode can't do that root mode does: processes of different calls are
+// in different domains, so one command can't signal another call's background process
+// (killProcess can); and a `kubectl exec` as the pod's user runs in no domain, so it
+// can signal the agent or write its directories as any operator could.
 
 // runInit is the container's PID 1. It starts as root (with only CHOWN, SETUID, SETGID
 // and KILL) and, while it is root, hands /workspace to the tool uid and the agent's own

@@ -3,15 +3,10 @@ package main
 import (
 	"log/slog"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/cwsdev/cws/sandbox/agent/server/keep"
 )
-
-// procDir is where the process keeper holds the background processes (package keep):
-// the agent's private state, where they outlive serve.
-var procDir = filepath.Join(agentStateDir, "procs")
 
 // runKeep runs the process keeper, which serve starts on the first background process
 // (package keep).
@@ -23,4 +18,4 @@ func runKeep(args []string) error {
 // recordExit hands the keeper the wait status of a process init reaped: a background
 // process reparented to init because its serve died first has a marker waiting for it;
 // for any other process this costs one failed open.
-func recordExit(pid int, st syscall.WaitStatus) { keep.RecordExit(procDir, pid, st) }
+func recordExit(pid int, st syscall.WaitStatus) { keep.RecordExit(procDir(), pid, st) }

@@ -82,12 +82,24 @@ res["squat_abstract"] = err(lambda: s2.bind("\0cws-agent"))
 k = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 k.settimeout(5)
 def keeper():
-    k.connect("/tmp/.cws-agent/procs/keeper.sock")
+    k.connect("/.cws-run/state/procs/keeper.sock")
     k.sendall(b'{"op":"list"}\n')
     b = k.recv(4096)
     if b"result" in b:
         raise OSError(0, "answered")
 res["keeper_answers"] = err(keeper)
+# The agent's directories: its socket and state (/.cws-run), its binaries (/.cws).
+def create(p):
+    os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o644))
+for tag, d in (("run", "/.cws-run"), ("state", "/.cws-run/state"), ("keeper", "/.cws-run/state/procs"), ("bin", "/.cws")):
+    res[tag + "_create"] = err(lambda: create(d + "/planted"))
+    res[tag + "_symlink"] = err(lambda: os.symlink("/workspace", d + "/link"))
+res["run_unlink"] = err(lambda: os.unlink("/.cws-run/agent.sock"))
+res["run_rename"] = err(lambda: os.rename("/.cws-run/agent.sock", "/.cws-run/moved"))
+res["run_rename_over"] = err(lambda: os.replace("/.cws-run/state", "/.cws-run/agent.sock"))
+res["keeper_unlink"] = err(lambda: os.unlink("/.cws-run/state/procs/keeper.sock"))
+res["bin_replace"] = err(lambda: os.replace("/.cws/cws-launch", "/.cws/cws-agent"))
+res["run_kept"] = sorted(n for n in os.listdir("/.cws-run") if n in ("agent.sock", "state", "planted", "link", "moved"))
 envs = {}
 for p in os.listdir("/proc"):
     if p.isdigit():
@@ -319,6 +331,16 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 				want[role+"_"+k] = v
 			}
 		}
+		for _, k := range []string{"run_create", "run_symlink", "state_create", "state_symlink", "keeper_create", "keeper_symlink",
+			"run_unlink", "run_rename", "run_rename_over", "keeper_unlink"} {
+			want[k] = "EACCES" // the tools' Landlock fence
+		}
+		want["run_kept"] = "[agent.sock state]"
+		for _, k := range []string{"bin_create", "bin_symlink", "bin_replace"} {
+			if g := fmt.Sprint(got[k]); g == "ok" || g == "<nil>" {
+				t.Errorf("%s: %s = %s, want refused", a.how, k, g)
+			}
+		}
 		for k, v := range want {
 			g := fmt.Sprint(got[k])
 			if k == "keeper_answers" && g != "ok" && !strings.Contains(g, "answered") {
@@ -339,10 +361,14 @@ func TestSameUIDAgentOutOfReach(t *testing.T) {
 
 	// The terminal's programs too.
 	// (The shell has no kill builtin: env runs the image's kill.)
-	term, err := c.TermRun(ctx, agent.TermRunArgs{Command: "env kill -s STOP 1; echo init=$?; env kill -s KILL " + strings.Trim(fmt.Sprint(servePID), "[]") + "; echo serve=$?"}, nil)
+	term, err := c.TermRun(ctx, agent.TermRunArgs{Command: "env kill -s STOP 1; echo init=$?; env kill -s KILL " + strings.Trim(fmt.Sprint(servePID), "[]") + "; echo serve=$?; " +
+		"env rm -f /.cws-run/agent.sock; echo rm=$?; env touch /.cws-run/planted; echo touch=$?; env ln -s /tmp /.cws-run/link; echo ln=$?; env mv /.cws-run/agent.sock /.cws-run/x; echo mv=$?"}, nil)
 	if err == nil {
-		if out := string(term.Stdout); !strings.Contains(out, "init=1") || !strings.Contains(out, "serve=1") {
-			t.Errorf("kill from the terminal: %q, want both refused", out)
+		out := string(term.Stdout)
+		for _, k := range []string{"init", "serve", "rm", "touch", "ln", "mv"} {
+			if !strings.Contains(out, k+"=1") {
+				t.Errorf("from the terminal: %q, want %s refused", out, k)
+			}
 		}
 	} else {
 		t.Errorf("terminal: %v", err)

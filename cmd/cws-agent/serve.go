@@ -21,10 +21,6 @@ import (
 // dies; threads made early are kept and reused, so the agent keeps answering.
 const warmThreads = 12
 
-// stateDir keeps the outcomes of recent requests on the container's /tmp, so that they
-// survive this process being killed and restarted by init (server.Config.StateDir).
-const stateDir = "/tmp/.cws-agent/requests"
-
 func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "cws-agent")
 	// Before anything else: no capability init passed on may reach a process serve starts.
@@ -43,7 +39,9 @@ func runServe(args []string) error {
 	// nothing this process starts can inherit it (commands get a built environment anyway).
 	secret := os.Getenv(agent.EnvSecret)
 	os.Unsetenv(agent.EnvSecret)
+	var fenced []string
 	if in.sameUID {
+		useRunDirState() // as init did
 		secret = in.secrets.Secret
 		// The keeper runs as this same uid: it and serve prove its key to each other.
 		keep.SetKey([]byte(in.secrets.KeeperKey))
@@ -53,7 +51,13 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self, StateDir: stateDir, ProcDir: procDir, SameUID: in.sameUID})
+	if in.sameUID {
+		// Nothing a tool process writes can reach what serve reads back or runs: its
+		// binary and launcher, its socket directory and the state in it.
+		fenced = []string{filepath.Dir(self), agent.RunDir}
+	}
+	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self,
+		StateDir: requestsDir(), ProcDir: procDir(), SameUID: in.sameUID, Fenced: fenced})
 	if err != nil {
 		return err
 	}

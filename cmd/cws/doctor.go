@@ -18,6 +18,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/agent/server/launch"
 	"github.com/cwsdev/cws/sandbox/docker"
+	"github.com/cwsdev/cws/sandbox/kube"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace/policy"
 	dockerclient "github.com/docker/docker/client"
@@ -33,13 +34,23 @@ func doctorCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that everything cws needs is in place, and say how to fix what is not",
-		Long: `Check what cws serve needs, one line each, ✔ or ✘ with what to do next:
+		Long: `Check what cws serve needs, one line each, ✔ or ✘ with what to do next.
 
+With --driver docker (the default):
   - the Docker engine answers (DOCKER_HOST, or the local socket)
   - the workspace images are present
   - Landlock is available to enforce allowedCommands (when the engine is local)
   - which path cws takes to the workspace agents (a unix socket, or docker exec), and why
   - cws-agent sits next to cws (or at --agent-binary)
+
+With --driver kubernetes:
+  - the cluster answers (--kubeconfig, KUBECONFIG, or the pod's own credentials)
+  - the sessions' namespace exists (--kube-namespace)
+  - these credentials may do there every verb the driver uses (the Helm chart's Role)
+  - the storage class of the workspace claims exists (--kube-storage-class)
+  - the agent image (--kube-agent-image) and the workspace images are on the nodes
+
+Either way:
   - Redis answers, if --redis-url is given
   - the tenants file loads and every tenant's policy parses, if --tenants is given
   - a cws at --server is ready, if one answers there
@@ -49,7 +60,8 @@ It exits 1 if any check fails.
 Examples:
   cws doctor
   cws doctor --tenants /etc/cws/tenants.yaml --redis-url redis://localhost:6379/0
-  cws doctor --image cws-workspace:0.1.0 --image my-team/workspace:latest`,
+  cws doctor --image cws-workspace:0.1.0 --image my-team/workspace:latest
+  cws doctor --driver kubernetes --kubeconfig ~/.kube/config --kube-namespace cws-sessions`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d := &doctor{w: cmd.OutOrStdout()}
@@ -69,18 +81,28 @@ Examples:
 	f.StringVar(&o.agentBinary, "agent-binary", getenv("CWS_AGENT_BINARY"), "cws-agent binary to check (default: next to cws) [CWS_AGENT_BINARY]")
 	f.StringVar(&o.transport, "agent-transport", envDefault(getenv, "CWS_AGENT_TRANSPORT", docker.TransportAuto), "agent transport to check: auto, socket or exec [CWS_AGENT_TRANSPORT]")
 	f.StringVar(&o.socketDir, "agent-socket-dir", envDefault(getenv, "CWS_AGENT_SOCKET_DIR", docker.DefaultSocketDir), "host directory of the agents' sockets [CWS_AGENT_SOCKET_DIR]")
+	f.StringVar(&o.driver, "driver", envDefault(getenv, "CWS_DRIVER", driverDocker), "sandbox engine to check: docker or kubernetes [CWS_DRIVER]")
+	f.StringVar(&o.kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubernetes: kubeconfig file (default: in-cluster config in a pod, else ~/.kube/config) [KUBECONFIG]")
+	f.StringVar(&o.kubeNamespace, "kube-namespace", envDefault(getenv, "CWS_KUBE_NAMESPACE", kube.DefaultNamespace), "kubernetes: the namespace of the sessions' pods [CWS_KUBE_NAMESPACE]")
+	f.StringVar(&o.kubeStorageClass, "kube-storage-class", getenv("CWS_KUBE_STORAGE_CLASS"), "kubernetes: storage class of the workspace claims [CWS_KUBE_STORAGE_CLASS]")
+	f.StringVar(&o.kubeAgentImage, "kube-agent-image", envDefault(getenv, "CWS_KUBE_AGENT_IMAGE", "cws:"+version.Version), "kubernetes: the cws image that delivers the agent [CWS_KUBE_AGENT_IMAGE]")
 	f.StringVar(&o.server, "server", envDefault(getenv, "CWS_SERVER", defaultServer), "cws whose /readyz to check, if it answers [CWS_SERVER]")
 	return cmd
 }
 
 type doctorOptions struct {
-	tenants     string
-	redisURL    string
-	images      []string
-	agentBinary string
-	server      string
-	transport   string
-	socketDir   string
+	driver           string
+	kubeconfig       string
+	kubeNamespace    string
+	kubeStorageClass string
+	kubeAgentImage   string
+	tenants          string
+	redisURL         string
+	images           []string
+	agentBinary      string
+	server           string
+	transport        string
+	socketDir        string
 }
 
 // doctor prints check results and counts failures.
@@ -110,8 +132,15 @@ func (d *doctor) fail(hint, format string, a ...any) {
 }
 
 func (d *doctor) run(ctx context.Context, o doctorOptions) {
-	d.docker(ctx, o)
-	d.agent(o.agentBinary)
+	switch o.driver {
+	case driverKubernetes:
+		d.kubernetes(ctx, o)
+	case driverDocker, "":
+		d.docker(ctx, o)
+		d.agent(o.agentBinary)
+	default:
+		d.fail("give --driver docker or --driver kubernetes", "driver %q: unknown", o.driver)
+	}
 	d.redis(ctx, o.redisURL)
 	d.tenants(o.tenants)
 	d.server(ctx, o.server)

@@ -40,6 +40,9 @@ import (
 //
 // plus hostUsers: false and a runtimeClassName where the operator asks for them.
 
+// runDirBytes bounds the pod's /.cws-run (memory, charged only as used).
+const runDirBytes = 16 << 20
+
 // Names of the pod's parts.
 const (
 	ctrWorkspace  = "workspace"
@@ -220,7 +223,10 @@ func (d *Driver) pod(name, claim string, spec sandbox.Spec, secret string) *core
 			Volumes: []corev1.Volume{
 				{Name: volWorkspace, VolumeSource: ws},
 				{Name: volAgent, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(64<<20, resource.BinarySI)}}},
-				{Name: volRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(1<<20, resource.BinarySI)}}},
+				// The socket, and the agent's state (request outcomes, the keeper's
+				// records): same-uid mode keeps them here, where the tools' Landlock
+				// fence lets no tool process write (cmd/cws-agent useRunDirState).
+				{Name: volRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(runDirBytes, resource.BinarySI)}}},
 				{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory,
 					SizeLimit: resource.NewQuantity(lim.TmpSizeBytes, resource.BinarySI)}}},
 			},

@@ -66,6 +66,10 @@ type Config struct {
 	// restricts itself and execs the command (exec.Runner.Scope). Without such a kernel
 	// the tools can reach the agent: Scoped says so.
 	SameUID bool
+	// Fenced are the agent's own directories (its binary's, its socket directory, its
+	// state), which in same-uid mode no tool process may write beneath: their domains
+	// handle every write right and grant it everywhere else (launch.Fence).
+	Fenced []string
 }
 
 // Server serves agent operations. The background processes are the Server's keeper's
@@ -115,22 +119,11 @@ func New(cfg Config) (*Server, error) {
 	s.exec = &exec.Runner{WS: ws, BaseEnv: cfg.BaseEnv, Landlock: s.landlock}
 	if s.landlock > 0 {
 		var scoped uint64
+		var fence *launch.Fence
 		if cfg.SameUID {
-			if scoped = launch.Scopes(); scoped == 0 {
-				s.scopeErr = fmt.Errorf("Landlock ABI %d can't scope a domain (ABI %d can)", s.landlock, launch.ScopeABI)
-			} else if rs, err := launch.NewScopeRuleset(scoped); err != nil {
-				s.scopeErr, scoped = err, 0
-			} else {
-				// The native launcher when it is installed beside the agent and works.
-				launcher, err := launch.Native(cfg.Launcher, rs)
-				if err != nil && !errors.Is(err, os.ErrNotExist) {
-					s.log.Warn("native launcher unusable: commands start through the agent binary", "err", err)
-				}
-				s.log.Info("same-uid mode: tool processes start in scoped Landlock domains of their own", "launcher", launcher)
-				s.exec.Scope, s.exec.Launcher, s.scoped = rs, launcher, true
-			}
+			scoped, fence = s.scopeTools()
 		}
-		s.exec.Rulesets = launch.NewScopedCache(agent.SafePath, 0, scoped)
+		s.exec.Rulesets = launch.NewScopedCache(agent.SafePath, 0, scoped, fence)
 	} else if cfg.SameUID {
 		s.scopeErr = errors.New("Landlock is unavailable")
 		if cfg.Launcher == "" {
@@ -344,6 +337,39 @@ func doneFrame(res any, err error) (*agent.Header, []byte) {
 func (s *Server) ping(ctx context.Context, args json.RawMessage, body []byte, r *op.Responder) (any, error) {
 	return agent.PingResult{Protocol: agent.ProtocolVersion, Version: s.cfg.Version, UID: os.Getuid(), PID: os.Getpid(), Landlock: s.landlock,
 		SameUID: s.cfg.SameUID, Scoped: s.scoped}, nil
+}
+
+// scopeTools makes every tool process start in a scoped Landlock domain of its own,
+// fenced off the agent's directories (Config.SameUID, Config.Fenced), and returns the
+// scopes and the fence the policies' rulesets must add; 0 and nil, with s.scopeErr
+// saying why, where it can't.
+func (s *Server) scopeTools() (uint64, *launch.Fence) {
+	scoped := launch.Scopes()
+	if scoped == 0 {
+		s.scopeErr = fmt.Errorf("Landlock ABI %d can't scope a domain (ABI %d can)", s.landlock, launch.ScopeABI)
+		return 0, nil
+	}
+	var fence *launch.Fence
+	if len(s.cfg.Fenced) > 0 {
+		var err error
+		if fence, err = launch.NewFence(s.cfg.Fenced...); err != nil {
+			s.scopeErr = err
+			return 0, nil
+		}
+	}
+	rs, err := launch.NewScopeRuleset(scoped, fence)
+	if err != nil {
+		s.scopeErr = err
+		return 0, nil
+	}
+	// The native launcher when it is installed beside the agent and works.
+	launcher, err := launch.Native(s.cfg.Launcher, rs)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("native launcher unusable: commands start through the agent binary", "err", err)
+	}
+	s.log.Info("same-uid mode: tool processes start in scoped Landlock domains of their own", "launcher", launcher, "fenced", fence.Fenced())
+	s.exec.Scope, s.exec.Launcher, s.scoped = rs, launcher, true
+	return scoped, fence
 }
 
 // Landlock returns the Landlock ABI version commands are restricted with, 0 when they

@@ -26,6 +26,7 @@ type Cache struct {
 	path   string // the PATH list names are looked up on
 	max    int    // entries kept; the least recently used goes first
 	scoped uint64 // the scopes every ruleset's domain has (NewScopedRuleset)
+	fence  *Fence // where no ruleset's domain may write; nil: anywhere
 
 	mu    sync.Mutex
 	m     map[string]*entry
@@ -50,10 +51,11 @@ func NewCache(path string, max int) *Cache {
 
 // NewScopedCache is NewCache whose rulesets also scope their domains (Scopes): a
 // command started under any of them can't signal, nor connect to an abstract unix
-// socket of, a process outside its domain.
-func NewScopedCache(path string, max int, scoped uint64) *Cache {
+// socket of, a process outside its domain; with a fence, nor write beneath the fenced
+// directories.
+func NewScopedCache(path string, max int, scoped uint64, fence *Fence) *Cache {
 	c := NewCache(path, max)
-	c.scoped = scoped
+	c.scoped, c.fence = scoped, fence
 	return c
 }
 
@@ -108,7 +110,7 @@ func (c *Cache) build(programs, dirs []string, exclude string) (*entry, error) {
 	watch := compact(append(filepath.SplitList(c.path), dirs...))
 	ids := identify(watch) // before resolving: a change while resolving shows next time
 	files, through := resolve(programs, c.path, exclude)
-	rs, err := NewScopedRuleset(files, dirs, c.scoped)
+	rs, err := NewScopedRuleset(files, dirs, c.scoped, c.fence)
 	if err != nil {
 		return nil, err
 	}

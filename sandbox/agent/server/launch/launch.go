@@ -15,8 +15,9 @@
 // directories unless it grants REFER). Reads and writes stay unrestricted.
 //
 // When the agent shares the tools' uid (same-uid mode) the rulesets also scope their
-// domains (signals, abstract unix sockets: scope.go), and a command without a policy
-// gets a scope-only ruleset; there every command starts through Main instead
+// domains (signals, abstract unix sockets: scope.go) and fence the agent's own
+// directories off from every write (fence.go), and a command without a policy gets a
+// ruleset of the scopes and the fence alone; there every command starts through Main instead
 // (Ruleset.StartVia, `launch -ruleset-fd`), so that no thread of the agent's is ever in
 // a command's domain.
 package launch

@@ -30,7 +30,7 @@ func TestNative(t *testing.T) {
 		t.Fatalf("testenv builds %q, the agent looks for %q", testenv.NativeLauncherName, NativeName)
 	}
 	requireScopes(t)
-	scope, err := NewScopeRuleset(ScopeAll)
+	scope, err := NewScopeRuleset(ScopeAll, nil)
 	must(t, err)
 	defer scope.Close()
 	built := nativeLauncher(t)

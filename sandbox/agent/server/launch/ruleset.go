@@ -24,13 +24,14 @@ type Ruleset struct {
 // symlinks resolved. Missing dirs are skipped; a missing file is an error. It fails
 // where Landlock is unavailable.
 func NewRuleset(files, dirs []string) (*Ruleset, error) {
-	return NewScopedRuleset(files, dirs, 0)
+	return NewScopedRuleset(files, dirs, 0, nil)
 }
 
 // NewScopedRuleset is NewRuleset whose domain is also scoped (Scopes): a process it
 // restricts can't signal, nor connect to an abstract unix socket of, any process
-// outside its domain. scoped 0 is NewRuleset; other scopes need ABI ≥ ScopeABI.
-func NewScopedRuleset(files, dirs []string, scoped uint64) (*Ruleset, error) {
+// outside its domain. scoped 0 is NewRuleset; other scopes need ABI ≥ ScopeABI. With a
+// fence, the process can't write beneath the fenced directories either (Fence).
+func NewScopedRuleset(files, dirs []string, scoped uint64, fence *Fence) (*Ruleset, error) {
 	abi := ABI()
 	if abi == 0 {
 		return nil, errors.New("landlock is unavailable")
@@ -38,20 +39,9 @@ func NewScopedRuleset(files, dirs []string, scoped uint64) (*Ruleset, error) {
 	if scoped != 0 && abi < ScopeABI {
 		return nil, fmt.Errorf("landlock ABI %d can't scope a domain (ABI %d can)", abi, ScopeABI)
 	}
-	handled := uint64(ll.AccessFSExecute)
-	if abi >= 2 {
-		handled |= ll.AccessFSRefer
-	} // ABI 1 cannot grant REFER: files can't move between directories there.
-	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: handled, Scoped: scoped}, 0)
+	r, err := newRuleset(abi, ll.AccessFSExecute, scoped, fence)
 	if err != nil {
-		return nil, fmt.Errorf("landlock: create ruleset: %w", err)
-	}
-	r := &Ruleset{fd: fd}
-	if abi >= 2 {
-		if err := r.allow("/", ll.AccessFSRefer); err != nil {
-			r.Close()
-			return nil, err
-		}
+		return nil, err
 	}
 	for _, f := range files {
 		if err := r.allow(f, ll.AccessFSExecute); err != nil {
@@ -65,6 +55,38 @@ func NewScopedRuleset(files, dirs []string, scoped uint64) (*Ruleset, error) {
 			continue
 		}
 		if err := r.allow(real, ll.AccessFSExecute); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// newRuleset creates a ruleset at ABI abi that handles the rights handled (and REFER
+// from ABI 2, granted on "/": a ruleset that handles REFER denies moving files between
+// directories unless it grants it; ABI 1 cannot grant it, so files can't move between
+// directories there), scopes its domain with scoped, and with a fence handles the
+// write rights and grants them beside the fenced directories.
+func newRuleset(abi int, handled, scoped uint64, fence *Fence) (*Ruleset, error) {
+	if abi >= 2 {
+		handled |= ll.AccessFSRefer
+	}
+	if fence != nil {
+		handled |= writeRights(abi)
+	}
+	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{HandledAccessFS: handled, Scoped: scoped}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("landlock: create ruleset: %w", err)
+	}
+	r := &Ruleset{fd: fd}
+	if abi >= 2 {
+		if err := r.allow("/", ll.AccessFSRefer); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	if fence != nil {
+		if err := fence.apply(r, abi); err != nil {
 			r.Close()
 			return nil, err
 		}

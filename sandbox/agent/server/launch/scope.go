@@ -57,20 +57,25 @@ func Scopes() uint64 {
 	return 0
 }
 
-// NewScopeRuleset builds a ruleset that restricts no file access and only scopes the
-// domain (NewScopedRuleset): what a tool process with no exec policy runs under.
-func NewScopeRuleset(scoped uint64) (*Ruleset, error) {
+// NewScopeRuleset builds a ruleset that restricts no execution and only scopes the
+// domain (NewScopedRuleset), and with a fence keeps writes out of the fenced
+// directories: what a tool process with no exec policy runs under.
+func NewScopeRuleset(scoped uint64, fence *Fence) (*Ruleset, error) {
 	if scoped == 0 {
 		return nil, errors.New("landlock: no scope to restrict to")
 	}
-	if abi := ABI(); abi < ScopeABI {
+	abi := ABI()
+	if abi < ScopeABI {
 		return nil, fmt.Errorf("landlock ABI %d can't scope a domain (ABI %d can)", abi, ScopeABI)
 	}
-	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{Scoped: scoped}, 0)
-	if err != nil {
-		return nil, fmt.Errorf("landlock: create scoped ruleset: %w", err)
+	if fence == nil {
+		fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{Scoped: scoped}, 0)
+		if err != nil {
+			return nil, fmt.Errorf("landlock: create scoped ruleset: %w", err)
+		}
+		return &Ruleset{fd: fd}, nil
 	}
-	return &Ruleset{fd: fd}, nil
+	return newRuleset(abi, 0, scoped, fence)
 }
 
 // StartVia starts cmd (an exec.Cmd not started yet) through launcher, the agent's

@@ -130,7 +130,7 @@ func testStartViaScope(t *testing.T, launcher string) {
 	requireScopes(t)
 	self := os.Getpid()
 	name := listenAbstract(t)
-	scope, err := NewScopeRuleset(ScopeAll)
+	scope, err := NewScopeRuleset(ScopeAll, nil)
 	must(t, err)
 	defer scope.Close()
 	via := func(rs *Ruleset) func(*exec.Cmd) error {
@@ -189,7 +189,7 @@ func testStartViaScope(t *testing.T, launcher string) {
 	// A scoped policy: the same scopes, and only what it allows may execute.
 	exe, err := os.Executable()
 	must(t, err)
-	cache := NewScopedCache(os.Getenv("PATH"), 0, ScopeAll)
+	cache := NewScopedCache(os.Getenv("PATH"), 0, ScopeAll, nil)
 	defer cache.Close()
 	viaPolicy := func(cmd *exec.Cmd) error { return cache.StartVia(launcher, nil, []string{exe}, "", cmd) }
 	got = probe(t, viaPolicy, name, self)
@@ -219,7 +219,7 @@ func TestStartViaRefusal(t *testing.T) {
 
 func testStartViaRefusal(t *testing.T, launcher string) {
 	requireScopes(t)
-	scope, err := NewScopeRuleset(ScopeAll)
+	scope, err := NewScopeRuleset(ScopeAll, nil)
 	must(t, err)
 	defer scope.Close()
 	cmd := exec.Command("/nonexistent/prog", "x")
@@ -237,7 +237,7 @@ func testStartViaRefusal(t *testing.T, launcher string) {
 // start and a throwaway thread's (root mode's policies).
 func BenchmarkScopedStart(b *testing.B) {
 	requireScopes(b)
-	scope, err := NewScopeRuleset(ScopeAll)
+	scope, err := NewScopeRuleset(ScopeAll, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestStartViaNoAgentThread(t *testing.T) {
 
 func testStartViaNoAgentThread(t *testing.T, launcher string) {
 	requireScopes(t)
-	scope, err := NewScopeRuleset(ScopeAll)
+	scope, err := NewScopeRuleset(ScopeAll, nil)
 	must(t, err)
 	defer scope.Close()
 	const script = `for t in /proc/$PPID/task/*; do kill -0 ${t##*/} 2>/dev/null && echo hit ${t##*/}; done; true`
