@@ -22,7 +22,7 @@ TEST_TIMEOUT ?= 45m
 export CI
 export VERSION
 
-.PHONY: help deps build images run test fuzz bench clean lint kube kube-down kube-images
+.PHONY: help deps build images run test fuzz bench clean lint kube kube-down kube-images s3
 
 help: ## list the targets
 	@echo "cws $(VERSION) ($(COMMIT)) — make <target>:"
@@ -49,7 +49,10 @@ run: deps build images ## start cws serve --dev (prints a dev token and the MCP 
 KUBE_CACHE      ?= $(or $(CWS_KUBE_CACHE),$(HOME)/.cache/cws-kube)
 TEST_KUBECONFIG := $(KUBE_CACHE)/kubeconfig
 
-test: deps images kube-images ## go test ./... (real Docker, Redis and Kubernetes), the e2e suite again on the kubernetes driver, then short fuzz runs
+s3: ## build the S3 server the snapshot store's tests use (SeaweedFS weed, cached; scripts/s3.sh)
+	@scripts/s3.sh build >/dev/null
+
+test: deps images kube-images s3 ## go test ./... (real Docker, Redis, Kubernetes and S3), the e2e suite again on the kubernetes driver, then short fuzz runs
 	KUBECONFIG=$(TEST_KUBECONFIG) CGO_ENABLED=0 go test ./... -count=1 -timeout $(TEST_TIMEOUT)
 	KUBECONFIG=$(TEST_KUBECONFIG) CGO_ENABLED=0 CWS_E2E_DRIVER=kubernetes go test ./e2e -count=1 -timeout $(TEST_TIMEOUT)
 	@$(MAKE) --no-print-directory fuzz

@@ -41,6 +41,7 @@ var statuses = []struct {
 	{workspace.ErrNotFound, http.StatusNotFound, "not_found"},
 	{workspace.ErrSessionLost, http.StatusGone, "session_lost"},
 	{workspace.ErrIncompatible, http.StatusConflict, "incompatible"},
+	{workspace.ErrNotConfigured, http.StatusNotImplemented, "not_configured"},
 	{workspace.ErrTraversal, http.StatusBadRequest, "path_traversal"},
 	{workspace.ErrCommand, http.StatusForbidden, "command_not_allowed"},
 	{workspace.ErrConfirm, http.StatusPreconditionRequired, "confirmation_required"},
@@ -67,6 +68,19 @@ func statusOf(err error) (int, string) {
 
 // fail writes err as the error body. 5xx never carry the cause: it is logged.
 func fail(c *gin.Context, log *slog.Logger, err error) {
+	status, body := errorResponse(c, log, err)
+	c.AbortWithStatusJSON(status, body)
+}
+
+// errorBody is err as an error body (one item of a response that lists several).
+func errorBody(err error) ErrorBody {
+	_, body := errorResponse(nil, slog.New(slog.DiscardHandler), err)
+	return body
+}
+
+// errorResponse is err's status and body; c (nil for a body inside another response)
+// gets the Retry-After header of a retryable error.
+func errorResponse(c *gin.Context, log *slog.Logger, err error) (int, ErrorBody) {
 	status, code := statusOf(err)
 	d := ErrorDetail{Code: code, Message: err.Error()}
 	if errors.Is(err, workspace.ErrNotFound) {
@@ -79,20 +93,26 @@ func fail(c *gin.Context, log *slog.Logger, err error) {
 	if se := workspace.AsScopeError(err); se != nil {
 		d.Rule, d.Scope, d.RPCCode = "scope", se.Scope, mcp.Code(err)
 	}
-	if status >= 500 {
-		log.Error("request failed", "route", c.FullPath(), "status", status, "err", err)
+	if status >= 500 && status != http.StatusNotImplemented {
+		route := ""
+		if c != nil {
+			route = c.FullPath()
+		}
+		log.Error("request failed", "route", route, "status", status, "err", err)
 		d.Message = http.StatusText(status)
 		if status == http.StatusServiceUnavailable { // workspace.Retryable: only it says retry
 			d.Message = "temporarily unavailable, retry shortly"
 			if errors.Is(err, workspace.ErrAgentUnresponsive) { // says only that: no cause leaks
 				d.Message = workspace.ErrAgentUnresponsive.Error()
 			}
-			c.Header("Retry-After", strconv.Itoa(mcp.RetryAfterSeconds))
+			if c != nil {
+				c.Header("Retry-After", strconv.Itoa(mcp.RetryAfterSeconds))
+			}
 			var in *workspace.Interrupted
 			if errors.As(err, &in) { // says only whether the command ran: no cause leaks
 				d.Message = in.Error()
 			}
 		}
 	}
-	c.AbortWithStatusJSON(status, ErrorBody{Error: d})
+	return status, ErrorBody{Error: d}
 }

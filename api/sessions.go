@@ -21,13 +21,15 @@ type SessionView struct {
 	LastUsed  time.Time         `json:"lastUsed"`
 	IdleUntil time.Time         `json:"idleUntil,omitzero"`
 	ExpiresAt time.Time         `json:"expiresAt,omitzero"`
-	MCPURL    string            `json:"mcpUrl"`
+	// SuspendedAt is when a suspended or archived session went to sleep.
+	SuspendedAt time.Time `json:"suspendedAt,omitzero"`
+	MCPURL      string    `json:"mcpUrl"`
 }
 
 func (s *Server) view(sess *workspace.Session) SessionView {
 	return SessionView{ID: sess.ID, Subject: sess.Subject, Image: sess.Image, State: sess.State, Labels: sess.Labels,
 		CreatedAt: sess.CreatedAt, LastUsed: sess.LastUsed, IdleUntil: sess.IdleUntil(), ExpiresAt: sess.ExpiresAt,
-		MCPURL: s.cfg.PublicURL + "/v1/sessions/" + sess.ID + "/mcp"}
+		SuspendedAt: sess.SuspendedAt, MCPURL: s.cfg.PublicURL + "/v1/sessions/" + sess.ID + "/mcp"}
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions (all optional).
@@ -36,6 +38,9 @@ type CreateSessionRequest struct {
 	TTL    string            `json:"ttl,omitempty"` // idle TTL, e.g. "30m"; capped by the tenant's policy
 	Env    map[string]string `json:"env,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Snapshot makes the session from one of the tenant's snapshots (its files, and
+	// its image, env and labels unless given here).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 func (s *Server) createSession(c *gin.Context) {
@@ -56,7 +61,7 @@ func (s *Server) createSession(c *gin.Context) {
 		ttl = d
 	}
 	sess, err := s.cfg.Service.CreateSession(c.Request.Context(), caller(c), workspace.CreateRequest{
-		Image: req.Image, TTL: ttl, Env: req.Env, Labels: req.Labels, IdempotencyKey: c.GetHeader("Idempotency-Key")})
+		Image: req.Image, TTL: ttl, Env: req.Env, Labels: req.Labels, Snapshot: req.Snapshot, IdempotencyKey: c.GetHeader("Idempotency-Key")})
 	if err != nil {
 		fail(c, s.log, err)
 		return
@@ -104,6 +109,24 @@ func (s *Server) deleteSession(c *gin.Context) {
 
 func (s *Server) renewSession(c *gin.Context) {
 	sess, err := s.cfg.Service.RenewSession(c.Request.Context(), caller(c), c.Param("id"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.view(sess))
+}
+
+func (s *Server) suspendSession(c *gin.Context) {
+	sess, err := s.cfg.Service.Suspend(c.Request.Context(), caller(c), c.Param("id"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.view(sess))
+}
+
+func (s *Server) resumeSession(c *gin.Context) {
+	sess, err := s.cfg.Service.Resume(c.Request.Context(), caller(c), c.Param("id"))
 	if err != nil {
 		fail(c, s.log, err)
 		return

@@ -77,7 +77,9 @@ func (s *Service) Upload(ctx context.Context, caller Caller, id string, archive 
 		return UploadResult{}, err
 	}
 	g := wholeTree
+	done := s.writing(id)
 	res, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", MaxBytes: maxUpload, Guard: &g}, archive)
+	done()
 	s.policyChanged(id) // it may have brought a .cws-policy.json
 	if err != nil {
 		return res, mapAgentError(err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 	"github.com/cwsdev/cws/version"
@@ -150,6 +151,9 @@ func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller
 			return nil, err
 		}
 		args = rest
+	}
+	if t.Scope == auth.ScopeToolsWrite {
+		defer s.writing(sess.ID)()
 	}
 	v, err := t.Run(ctx, c, args)
 	if err != nil {

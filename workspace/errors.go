@@ -22,6 +22,9 @@ var (
 	// ErrIncompatible: the session's sandbox runs an agent that speaks another protocol
 	// than this server. Retrying cannot help; the caller starts a new session.
 	ErrIncompatible = errors.New("the session's sandbox runs an incompatible agent")
+	// ErrNotConfigured: the server was not set up for what was asked (no snapshot
+	// store, a driver that can't suspend). Retrying cannot help; its operator can.
+	ErrNotConfigured = errors.New("not configured on this server")
 
 	// The policy's errors, one per code of the seed's catalogue.
 	ErrInvalid   = policy.ErrInvalid   // -32602
@@ -36,7 +39,7 @@ var (
 // them (or is a cancellation, a deadline or an internal fault). The protocols' tables
 // map each one, and their tests walk this list.
 var Kinds = []error{ErrNotFound, ErrConflict, ErrQuota, ErrRateLimited, ErrUnavailable, ErrForbidden, ErrSessionLost,
-	ErrIncompatible, ErrInvalid, ErrTraversal, ErrPolicy, ErrTooLarge, ErrCommand, ErrConfirm}
+	ErrIncompatible, ErrNotConfigured, ErrInvalid, ErrTraversal, ErrPolicy, ErrTooLarge, ErrCommand, ErrConfirm}
 
 // Retryable reports whether the same call, made again unchanged, may succeed: only a
 // sandbox, an agent or a store that did not answer (ErrUnavailable, an *Interrupted

@@ -26,6 +26,11 @@ func (s *Service) session(ctx context.Context, caller Caller, id string) (sess *
 			return nil, false, err
 		}
 	}
+	if sess.Asleep() && !sess.Expired(s.cfg.Now()) {
+		// Suspended or archived: the call wakes it, and then goes on as if it never slept.
+		sess, err = s.wake(ctx, sess)
+		return sess, false, err
+	}
 	sess, err = s.usable(sess, id)
 	return sess, cached, err
 }

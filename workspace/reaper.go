@@ -34,6 +34,8 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 		s.obs.Reaped("expired")
 		s.log.Info("reaped expired session", "session", sess.ID, "tenant", sess.Tenant)
 	}
+	s.idleSuspend(ctx, all)
+	s.reapSnapshots(ctx)
 	return n, nil
 }
 
@@ -80,6 +82,18 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			s.removeOrphan(ctx, b, "deleted")
 		case ok && sess.Sandbox != "" && sess.Sandbox != b.ID:
 			s.log.Warn("two sandboxes claim one session; leaving the stray one alone", "session", b.Session, "sandbox", b.ID)
+		case ok && sess.State == StateArchived:
+			// A sandbox left by an archive or a wake that crashed half-way; a wake under
+			// way holds the session's wake claim, and its sandbox is left alone.
+			if s.noWakeUnderWay(ctx, sess) {
+				s.removeOrphan(ctx, b, "its session is archived")
+			}
+		case ok && sess.State == StateSuspended:
+			if b.Running && now.Sub(sess.SuspendedAt) > lostAfter && s.noWakeUnderWay(ctx, sess) {
+				// A suspend that crashed after its record: finish it.
+				s.stopQuietly(ctx, sess)
+				s.log.Info("stopped the sandbox of a suspended session", "session", sess.ID, "sandbox", b.ID)
+			}
 		case ok && sess.State == StateLost:
 			// It was missing from an earlier listing only: the session is whole again.
 			sess.State = StateReady
@@ -97,7 +111,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		}
 	}
 	for _, sess := range all {
-		if seen[sess.ID] || now.Sub(sess.CreatedAt) < lostAfter || sess.State == StateLost {
+		if seen[sess.ID] || now.Sub(sess.CreatedAt) < lostAfter || sess.State == StateLost || sess.State == StateArchived {
 			continue
 		}
 		if sess.State != StateReady {
@@ -127,6 +141,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	s.reconcileArchives(ctx, known)
 	s.countActive(ctx)
 	return nil
 }
@@ -174,6 +189,11 @@ func (s *Service) adopt(ctx context.Context, b sandbox.Info) error {
 	now := s.cfg.Now().UTC()
 	sess := &Session{ID: b.Session, Tenant: b.Tenant, Subject: b.Subject, Image: b.Image, Sandbox: b.ID, State: StateReady,
 		CreatedAt: now, LastUsed: now, IdleTTL: s.cfg.DefaultIdleTTL, ExpiresAt: b.Expires}
+	_, suspends := s.cfg.Sandboxes.(Suspender)
+	if !b.Running && suspends {
+		// A stopped sandbox with its disk is a suspended session: the next call wakes it.
+		sess.State, sess.SuspendedAt = StateSuspended, now
+	}
 	if tp, ok := s.cfg.Tenants.Policy(b.Tenant); ok && tp.SessionTTL > 0 {
 		sess.IdleTTL = tp.SessionTTL.Std()
 	}
@@ -196,7 +216,7 @@ func (s *Service) adopt(ctx context.Context, b sandbox.Info) error {
 			return err
 		}
 	}
-	if !b.Running {
+	if !b.Running && sess.State == StateReady {
 		s.restart(ctx, b, "reconcile")
 	}
 	if won {

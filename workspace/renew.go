@@ -50,7 +50,15 @@ func (s *Service) renew(ctx context.Context, sess *Session) {
 		return
 	}
 	now := s.cfg.Now()
-	if now.Sub(sess.LastUsed) < sess.IdleTTL/10 {
+	// Idle suspend goes by the store's LastUsed too: it must lag by a tenth of the
+	// suspend delay at most.
+	every := sess.IdleTTL / 10
+	if tp, ok := s.cfg.Tenants.Policy(sess.Tenant); ok {
+		if d := s.suspendAfter(sess.ID, tp.SuspendAfter.Std()); d > 0 {
+			every = min(every, d/10)
+		}
+	}
+	if now.Sub(sess.LastUsed) < every {
 		return // the last written renewal is recent enough
 	}
 	if sess.IdleUntil().Sub(now) < 2*s.renewals.every {
@@ -114,6 +122,14 @@ func (s *Service) flushRenewals(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// pending reports whether a renewal of the session waits to be written.
+func (r *renewals) pending(tenant, id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.marks[cacheKey(tenant, id)]
+	return ok
 }
 
 // forget drops a deleted session's pending renewal.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/snapshot"
 	"github.com/cwsdev/cws/workspace/policy"
 	"github.com/cwsdev/cws/workspace/tool"
 )
@@ -100,6 +101,16 @@ type Config struct {
 	// unresponsive agent is healed (heal.go).
 	AgentLiveness agent.Liveness
 
+	// Snapshots is the snapshot store (snapshots, forks' sources, archives); nil:
+	// those answer ErrUnavailable, and suspended sessions are never archived.
+	Snapshots *snapshot.Store
+	// SuspendAfter suspends a session idle this long when its tenant sets no
+	// suspendAfter; zero: never.
+	SuspendAfter time.Duration
+	// ArchiveAfter archives a session suspended this long when its tenant sets no
+	// archiveAfter; zero: never.
+	ArchiveAfter time.Duration
+
 	// TestWorkspaceTmpfsBytes, for tests only, gives every new sandbox a tmpfs
 	// workspace of this size (sandbox.Spec.WorkspaceTmpfsBytes) so that a full disk can
 	// be provoked. Zero, always in production, means the session's volume.
@@ -130,6 +141,8 @@ type Service struct {
 	stopWatcher context.CancelFunc
 
 	policyReads singleflight.Group // by session id: one workspace policy read at a time
+	wakes       singleflight.Group // by tenant/session: one wake at a time
+	quiet       [256]sync.RWMutex  // by session id's hash: writes read-lock, a snapshot locks (quiesce)
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
@@ -139,6 +152,7 @@ type Service struct {
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
 	counting, recount atomic.Bool // countActiveSoon: a recount runs; another is due
+	lastCollect       atomic.Value // time.Time of the snapshot store's last collection
 }
 
 type cachedPolicy struct {
@@ -182,6 +196,7 @@ func New(cfg Config) *Service {
 		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, healing: map[string]*healing{},
 		waking: map[string]bool{},
 	}
+	s.lastCollect.Store(time.Time{})
 	if shared && cache != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopWatcher = cancel

@@ -8,6 +8,12 @@ const (
 	StateReady    = "ready"
 	StateFailed   = "failed"
 	StateLost     = "lost" // its container was removed behind cws's back; calls answer ErrSessionLost
+	// StateSuspended: no sandbox runs; its volume (or PVC) keeps the files. The next
+	// call wakes it.
+	StateSuspended = "suspended"
+	// StateArchived: no sandbox and no volume; the snapshot store keeps the files (the
+	// archive snapshot Session.Archive). The next call wakes it into a new sandbox.
+	StateArchived = "archived"
 )
 
 // Session is one agent's workspace: a sandbox owned by a tenant.
@@ -19,11 +25,19 @@ type Session struct {
 	Sandbox   string            `json:"sandbox"`          // the driver's id (container id)
 	State     string            `json:"state"`            // creating, ready, failed
 	Labels    map[string]string `json:"labels,omitempty"` // the caller's labels
+	Env       map[string]string `json:"env,omitempty"`    // the caller's env (snapshots and wakes carry it)
 	CreatedAt time.Time         `json:"createdAt"`
 	LastUsed  time.Time         `json:"lastUsed"`
 	IdleTTL   time.Duration     `json:"idleTTL"`   // renewed by use; zero means no idle expiry
 	ExpiresAt time.Time         `json:"expiresAt"` // hard end of life; zero means none
+
+	SuspendedAt time.Time `json:"suspendedAt,omitzero"` // when it left ready, suspended or archived
+	Archive     string    `json:"archive,omitempty"`    // its archive snapshot, when archived
 }
+
+// Asleep reports whether the session's sandbox is down (suspended or archived): a
+// call must wake it first.
+func (s *Session) Asleep() bool { return s.State == StateSuspended || s.State == StateArchived }
 
 // IdleUntil is when the session expires unless it is used again.
 func (s *Session) IdleUntil() time.Time {

@@ -13,6 +13,7 @@ import (
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/snapshot"
 	"github.com/cwsdev/cws/workspace/policy"
 )
 
@@ -23,7 +24,13 @@ type CreateRequest struct {
 	Env            map[string]string `json:"env,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	IdempotencyKey string            `json:"-"`
-	defaultSession bool              // the caller's default session: its container says so
+	// Snapshot makes the session from one of the tenant's snapshots: its files, and
+	// its image, env and labels unless the request sets them.
+	Snapshot       string `json:"snapshot,omitempty"`
+	defaultSession bool   // the caller's default session: its container says so
+	// restore fills the new workspace before the session is handed out (a snapshot's
+	// or a fork's files); an error ends the session.
+	restore func(ctx context.Context, sess *Session) error
 }
 
 // idempotencyTTL is how long an Idempotency-Key keeps answering with its session.
@@ -50,6 +57,22 @@ func (s *Service) CreateSession(ctx context.Context, caller Caller, req CreateRe
 	}
 	if err := validateLabels(req.Labels); err != nil {
 		return nil, err
+	}
+	if req.Snapshot != "" {
+		snap, err := s.getSnapshot(ctx, caller.Tenant, req.Snapshot)
+		if err != nil {
+			return nil, err
+		}
+		if req.Image == "" {
+			req.Image = snap.Image
+		}
+		if req.Env == nil {
+			req.Env = snap.Env
+		}
+		if req.Labels == nil {
+			req.Labels = snap.Labels
+		}
+		req.restore = func(ctx context.Context, sess *Session) error { return s.restoreSnapshot(ctx, sess, snap.ID) }
 	}
 	if req.IdempotencyKey != "" {
 		if len(req.IdempotencyKey) > 200 {
@@ -106,7 +129,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		life = tp.MaxLifetime.Std()
 	}
 	sess := &Session{ID: id, Tenant: caller.Tenant, Subject: caller.Subject, Image: image, State: StateCreating,
-		Labels: req.Labels, CreatedAt: start.UTC(), LastUsed: start.UTC(), IdleTTL: idle, ExpiresAt: start.Add(life).UTC()}
+		Labels: req.Labels, Env: req.Env, CreatedAt: start.UTC(), LastUsed: start.UTC(), IdleTTL: idle, ExpiresAt: start.Add(life).UTC()}
 	if err := s.cfg.Store.CreateSession(ctx, sess, tp.MaxSessions); err != nil {
 		if errors.Is(err, ErrQuota) {
 			return nil, fmt.Errorf("%w: tenant %s may hold %d sessions: delete one first", ErrQuota, caller.Tenant, tp.MaxSessions)
@@ -130,6 +153,11 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 	sess.Sandbox = info.ID
 	if err := s.waitReady(ctx, sess.Sandbox); err != nil {
 		return nil, cleanup(err)
+	}
+	if req.restore != nil {
+		if err := req.restore(ctx, sess); err != nil {
+			return nil, cleanup(fmt.Errorf("fill the new workspace: %w", err))
+		}
 	}
 	sess.State = StateReady
 	if err := s.cfg.Store.UpdateSession(ctx, sess); err != nil {
@@ -306,6 +334,13 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 		s.endAgent(sess.Sandbox) // its calls in flight end now: nothing waits on the agent
 		if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
 			return fmt.Errorf("%w: remove sandbox of %s: %v", ErrUnavailable, sess.ID, err)
+		}
+	}
+	if sess.Archive != "" && s.cfg.Snapshots != nil {
+		// Before the record: an archive whose session the store does not know is
+		// adopted back (the store lost it), never left to resurrect a deleted one.
+		if err := s.cfg.Snapshots.Delete(ctx, sess.Tenant, sess.Archive); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
+			return fmt.Errorf("%w: remove the archive of %s: %v", ErrUnavailable, sess.ID, err)
 		}
 	}
 	if err := s.cfg.Store.DeleteSession(ctx, sess.Tenant, sess.ID); err != nil && !errors.Is(err, ErrNotFound) {

@@ -58,6 +58,15 @@ type Config struct {
 	SessionCacheSize int           // session records cached per replica; 0 turns the cache off
 	RenewFlush       time.Duration // how often batched idle-TTL renewals are written
 	LocalReads       bool          // answer reads through the workspace root agents send on the socket path
+
+	// Sessions' lives (a tenant's policy may shorten each).
+	SessionTTL   time.Duration // idle time before a session is deleted
+	MaxLifetime  time.Duration // a session's longest life
+	SuspendAfter time.Duration // idle time before a session is suspended; 0: never
+	ArchiveAfter time.Duration // suspended time before a session is archived; 0: never
+	// SnapshotStore is where snapshots and archives go: file:///dir or s3://bucket/prefix;
+	// "none" turns snapshots, forks' and archives' store off.
+	SnapshotStore string
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -91,6 +100,11 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.IntVar(&c.TokenCacheSize, "token-cache-size", envInt(getenv, "CWS_TOKEN_CACHE_SIZE", auth.DefaultTokenCacheSize), "verified tokens remembered until their exp (at most 5 min); 0 verifies every request in full [CWS_TOKEN_CACHE_SIZE]")
 	f.IntVar(&c.SessionCacheSize, "session-cache-size", envInt(getenv, "CWS_SESSION_CACHE_SIZE", workspace.DefaultSessionCacheSize), "session records each replica caches for tool calls (kept exact through Redis pub/sub); 0 reads the store on every call [CWS_SESSION_CACHE_SIZE]")
 	f.BoolVar(&c.LocalReads, "local-reads", !envOff(getenv("CWS_LOCAL_READS")), "on the socket transport, answer readFile and stat in cws itself, through the workspace root each agent sends, as the agent's own uid:gid (needs root, else reads go to the agent) [CWS_LOCAL_READS]")
+	f.DurationVar(&c.SessionTTL, "session-ttl", envDuration(getenv, "CWS_SESSION_TTL", 7*24*time.Hour), "how long a session lives without a call before it is deleted, files and all (a tenant's sessionTTL may shorten it); suspended time counts [CWS_SESSION_TTL]")
+	f.DurationVar(&c.MaxLifetime, "max-lifetime", envDuration(getenv, "CWS_MAX_LIFETIME", 30*24*time.Hour), "the longest a session lives, used or not (a tenant's maxLifetime may shorten it) [CWS_MAX_LIFETIME]")
+	f.DurationVar(&c.SuspendAfter, "suspend-after", envDuration(getenv, "CWS_SUSPEND_AFTER", 10*time.Minute), "suspend a session after this long without a call: its sandbox stops, its files stay, the next call wakes it; 0 never (a tenant's suspendAfter wins) [CWS_SUSPEND_AFTER]")
+	f.DurationVar(&c.ArchiveAfter, "archive-after", envDuration(getenv, "CWS_ARCHIVE_AFTER", 24*time.Hour), "move a session suspended this long into the snapshot store, freeing its volume; 0 never (a tenant's archiveAfter wins) [CWS_ARCHIVE_AFTER]")
+	f.StringVar(&c.SnapshotStore, "snapshot-store", envDefault(getenv, "CWS_SNAPSHOT_STORE", defaultSnapshotStore(getenv)), "where snapshots and archived sessions go: file:///dir (one host) or s3://bucket/prefix (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); none turns it off [CWS_SNAPSHOT_STORE]")
 	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
 }
 
@@ -114,6 +128,18 @@ func envInt(getenv func(string) string, key string, def int) int {
 		return -1
 	}
 	return n
+}
+
+// defaultSnapshotStore is a directory of the user's: $XDG_DATA_HOME/cws/snapshots, else
+// ~/.local/share/cws/snapshots; /var/lib/cws/snapshots without a home.
+func defaultSnapshotStore(getenv func(string) string) string {
+	if d := getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return "file://" + filepath.Join(d, "cws", "snapshots")
+	}
+	if h := getenv("HOME"); filepath.IsAbs(h) && h != "/" {
+		return "file://" + filepath.Join(h, ".local", "share", "cws", "snapshots")
+	}
+	return "file:///var/lib/cws/snapshots"
 }
 
 // validate checks the configuration and fills derived defaults; errors say what to do.
@@ -170,6 +196,12 @@ func (c *Config) validate() error {
 		}
 	default:
 		return fmt.Errorf("--driver %q: want docker or kubernetes", c.Driver)
+	}
+	if c.SessionTTL <= 0 || c.MaxLifetime <= 0 {
+		return fmt.Errorf("--session-ttl and --max-lifetime must be positive")
+	}
+	if c.SuspendAfter < 0 || c.ArchiveAfter < 0 {
+		return fmt.Errorf("--suspend-after and --archive-after must not be negative (0 turns them off)")
 	}
 	if c.ReapEvery <= 0 || c.DrainTimeout <= 0 || c.StoreTimeout <= 0 || c.RenewFlush <= 0 {
 		return fmt.Errorf("--reap-every, --drain-timeout, --store-timeout and --renew-flush must be positive")

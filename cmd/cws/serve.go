@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/cwsdev/cws/api"
@@ -18,6 +19,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/server"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/sandbox/pool"
+	"github.com/cwsdev/cws/snapshot"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
@@ -123,8 +125,20 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer driver.Close()
 
+	var snaps *snapshot.Store
+	if cfg.SnapshotStore != "none" {
+		b, err := snapshot.Open(ctx, cfg.SnapshotStore, os.Getenv)
+		if err != nil {
+			return fmt.Errorf("%w (or --snapshot-store none to run without snapshots)", err)
+		}
+		snaps = snapshot.NewStore(b)
+		log.Info("snapshot store", "store", b.String())
+	} else {
+		log.Warn("no snapshot store (--snapshot-store none): snapshots, forks from snapshots and archiving are off")
+	}
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
-		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log)})
+		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log),
+		DefaultIdleTTL: cfg.SessionTTL, DefaultMaxLife: cfg.MaxLifetime, SuspendAfter: cfg.SuspendAfter, ArchiveAfter: cfg.ArchiveAfter, Snapshots: snaps})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {

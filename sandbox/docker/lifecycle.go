@@ -41,3 +41,10 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Suspend stops a sandbox and keeps its workspace volume (Stop): a suspended session
+// costs its disk and nothing else, and Start brings it back.
+func (d *Driver) Suspend(ctx context.Context, id string) error {
+	d.pool.DropStream(id)
+	return d.Stop(ctx, id)
+}

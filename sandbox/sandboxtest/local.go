@@ -291,3 +291,25 @@ func (l *Local) Count() int {
 	defer l.mu.Unlock()
 	return len(l.sb)
 }
+
+// Suspend is Stop (the workspace.Suspender a Docker driver is), and what a stopped
+// container loses: the agent that serves it after Start is a fresh one, which knows
+// none of the background processes of before (they keep running on the host, as
+// orphans of the test).
+func (l *Local) Suspend(ctx context.Context, id string) error {
+	l.mu.Lock()
+	s, ok := l.sb[id]
+	l.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	l.Stop(id)
+	srv, err := server.New(server.Config{Root: s.dir, Version: "test"})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	s.srv = srv
+	l.mu.Unlock()
+	return nil
+}

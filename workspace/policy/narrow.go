@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 )
@@ -17,6 +18,7 @@ type Effective struct {
 	env         [][]string // variable names must match every list; never empty
 	confirm     []string
 	landlock    bool // requireLandlock
+	suspend     time.Duration
 }
 
 // Narrow returns tenant's policy narrowed by ws, the workspace's .cws-policy.json (nil
@@ -31,7 +33,8 @@ type Effective struct {
 //   - allowedCommands: the intersection (omitted on both sides: any program);
 //   - envAllowlist: a name must pass both lists (tenant omitted: DefaultEnvAllowlist);
 //   - confirmationRequired: the union;
-//   - requireLandlock: either side turns it on.
+//   - requireLandlock: either side turns it on;
+//   - suspendAfter: the shorter (zero on either side: the other).
 //
 // ws's tenant-only fields are ignored (ParseWorkspace refuses them anyway). FileName
 // itself is protected from writes unless tenant.AllowPolicyWrites.
@@ -45,6 +48,7 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 		env:         [][]string{clone(tenant.EnvAllowlist)},
 		confirm:     clone(tenant.ConfirmationRequired),
 		landlock:    tenant.RequireLandlock,
+		suspend:     tenant.SuspendAfter.Std(),
 	}
 	if e.env[0] == nil {
 		e.env[0] = clone(DefaultEnvAllowlist)
@@ -70,6 +74,9 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 	}
 	if ws.MaxEditSize > 0 {
 		e.maxEditSize = min(e.maxEditSize, ws.MaxEditSize)
+	}
+	if w := ws.SuspendAfter.Std(); w > 0 && (e.suspend == 0 || w < e.suspend) {
+		e.suspend = w
 	}
 	return e
 }
@@ -107,6 +114,10 @@ func (e *Effective) AllowedCommands() []string {
 // RequireLandlock reports whether commands must be refused rather than run where the
 // sandbox cannot enforce AllowedCommands with Landlock.
 func (e *Effective) RequireLandlock() bool { return e.landlock }
+
+// SuspendAfter is how long the session may go without a call before it is suspended;
+// zero means the server's default.
+func (e *Effective) SuspendAfter() time.Duration { return e.suspend }
 
 // ConfirmationRequired returns the tool names that need options.confirmed: true.
 func (e *Effective) ConfirmationRequired() []string { return clone(e.confirm) }

@@ -20,6 +20,7 @@ const MaxPolicyBytes = 1 << 20
 var seedFields = []string{
 	"allowedPaths", "deniedPaths", "maxFileSize", "maxEditSize",
 	"allowedCommands", "envAllowlist", "confirmationRequired", "requireLandlock",
+	"suspendAfter", // a workspace may only shorten it (Narrow)
 }
 
 // Parse reads a tenant's policy strictly: one JSON object, each field at most once and
@@ -32,7 +33,7 @@ func Parse(data []byte) (*Policy, error) {
 }
 
 // ParseWorkspace is Parse for the .cws-policy.json in a workspace root, which may only
-// use the seed's seven fields and requireLandlock; a tenant-only field (limits, network, …) is an error
+// use the seed's seven fields, requireLandlock and suspendAfter; a tenant-only field (limits, network, …) is an error
 // naming it. Parse errors wrap ErrInvalid; the caller decides whether a broken
 // workspace file fails the call (it must never be ignored: that would widen).
 func ParseWorkspace(data []byte) (*Policy, error) {

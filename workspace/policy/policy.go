@@ -82,6 +82,20 @@ type Policy struct {
 	MaxLifetime Duration `json:"maxLifetime,omitzero"`
 	// MaxSessions is how many sessions the tenant may hold at once. Zero means no limit.
 	MaxSessions int `json:"maxSessions,omitzero"`
+	// SuspendAfter suspends a session after this long without a tool call: its sandbox
+	// stops, its files stay, and the next call wakes it. Zero means the server's
+	// default (cws serve --suspend-after). A workspace file may only shorten it.
+	SuspendAfter Duration `json:"suspendAfter,omitzero"`
+	// ArchiveAfter moves a session suspended this long into the snapshot store, freeing
+	// its volume. Zero means the server's default (--archive-after).
+	ArchiveAfter Duration `json:"archiveAfter,omitzero"`
+	// MaxSnapshots is how many snapshots the tenant may keep. Zero means no limit.
+	MaxSnapshots int `json:"maxSnapshots,omitzero"`
+	// MaxSnapshotBytes bounds the file contents of all the tenant's snapshots
+	// together (as taken, before deduplication). Zero means no limit.
+	MaxSnapshotBytes int64 `json:"maxSnapshotBytes,omitzero"`
+	// SnapshotTTL removes a snapshot this long after it was taken. Zero means never.
+	SnapshotTTL Duration `json:"snapshotTTL,omitzero"`
 	// Images are the images a session may use; the first is the default. Empty means
 	// the server's default image only.
 	Images []string `json:"images,omitzero"`

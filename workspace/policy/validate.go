@@ -48,6 +48,11 @@ func (p *Policy) Validate() error {
 		{"sessionTTL", float64(p.SessionTTL)},
 		{"maxLifetime", float64(p.MaxLifetime)},
 		{"maxSessions", float64(p.MaxSessions)},
+		{"suspendAfter", float64(p.SuspendAfter)},
+		{"archiveAfter", float64(p.ArchiveAfter)},
+		{"maxSnapshots", float64(p.MaxSnapshots)},
+		{"maxSnapshotBytes", float64(p.MaxSnapshotBytes)},
+		{"snapshotTTL", float64(p.SnapshotTTL)},
 	} {
 		if n.v < 0 {
 			return invalidf("%s must not be negative", n.field)

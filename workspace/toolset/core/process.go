@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/workspace/tool"
 )
 
 type StartProcessArgs struct {
@@ -29,6 +30,9 @@ type ProcessInfo struct {
 	ExitCode  *int     `json:"exitCode,omitempty"`
 	StartedAt string   `json:"startedAt"`
 	EndedAt   string   `json:"endedAt,omitempty"`
+	// EndReason says why it ended when it did not end by itself: "suspended" (its
+	// session was suspended; its output up to then is kept).
+	EndReason string `json:"endReason,omitempty" jsonschema:"Why the process ended when not by itself: suspended (its session was suspended, which ends every process)."`
 }
 
 func processInfo(p agent.ProcInfo) ProcessInfo {
@@ -90,6 +94,10 @@ func readProcessOutput(ctx context.Context, c *call, a *ReadProcessOutputArgs) (
 		wait := max(time.Until(deadline), 0)
 		o, err := c.agent.ProcOutput(ctx, agent.ProcOutputArgs{ID: a.ID, StdoutOffset: res.StdoutOffset, StderrOffset: res.StderrOffset, WaitMS: min(wait.Milliseconds(), 1000)})
 		if err != nil {
+			// The agent of before the session's suspend knew it: what the suspend kept.
+			if sp, ok := suspendedProc(ctx, c, a.ID); ok && len(stdout)+len(stderr) == 0 {
+				return suspendedOutput(sp, a), nil
+			}
 			return nil, err
 		}
 		if c.out != nil {
@@ -124,6 +132,18 @@ func listProcesses(ctx context.Context, c *call, _ *NoArgs) (*ListProcessesResul
 		return nil, err
 	}
 	res := &ListProcessesResult{Processes: make([]ProcessInfo, 0, len(ps))}
+	live := map[string]bool{}
+	for _, p := range ps {
+		live[p.ID] = true
+	}
+	for _, sp := range suspendedProcs(ctx, c) {
+		if live[sp.Info.ID] {
+			continue // the agent still has it (a suspend that did not stop the sandbox)
+		}
+		pi := processInfo(sp.Info)
+		pi.EndReason = sp.EndReason
+		res.Processes = append(res.Processes, pi)
+	}
 	for _, p := range ps {
 		res.Processes = append(res.Processes, processInfo(p))
 	}
@@ -142,4 +162,48 @@ func killProcess(ctx context.Context, c *call, a *KillProcessArgs) (*ProcessInfo
 	}
 	pi := processInfo(p)
 	return &pi, nil
+}
+
+// suspendedProcs are the processes the session's suspends ended (tool.SuspendedProc).
+func suspendedProcs(ctx context.Context, c *call) []tool.SuspendedProc {
+	var ps []tool.SuspendedProc
+	if _, err := c.env.State().Get(ctx, tool.SuspendedProcsKey, &ps); err != nil {
+		return nil
+	}
+	return ps
+}
+
+func suspendedProc(ctx context.Context, c *call, id string) (tool.SuspendedProc, bool) {
+	for _, sp := range suspendedProcs(ctx, c) {
+		if sp.Info.ID == id {
+			return sp, true
+		}
+	}
+	return tool.SuspendedProc{}, false
+}
+
+// suspendedOutput answers readProcessOutput from what a suspend kept: the output from
+// the offsets asked for (or from the start of what was kept, Dropped then set).
+func suspendedOutput(sp tool.SuspendedProc, a *ReadProcessOutputArgs) *ProcessOutput {
+	res := &ProcessOutput{Process: processInfo(sp.Info)}
+	res.Process.EndReason = sp.EndReason
+	var dropOut, dropErr bool
+	res.Stdout, res.StdoutOffset, dropOut = keptFrom(sp.Stdout, sp.StdoutStart, a.StdoutOffset)
+	res.Stderr, res.StderrOffset, dropErr = keptFrom(sp.Stderr, sp.StderrStart, a.StderrOffset)
+	res.Dropped = dropOut || dropErr
+	return res
+}
+
+// keptFrom is the part of kept (which begins at start in its stream) from offset on,
+// the offset after it, and whether output before it was asked for but not kept.
+func keptFrom(kept []byte, start, offset int64) (string, int64, bool) {
+	end := start + int64(len(kept))
+	switch {
+	case offset >= end:
+		return "", max(offset, end), false
+	case offset < start:
+		return toText(kept), end, true
+	default:
+		return toText(kept[offset-start:]), end, false
+	}
 }

@@ -1,0 +1,150 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FileBackend keeps objects as files beneath a directory: a key is a relative path.
+// A Put writes a temporary file beside the object and renames it into place.
+type FileBackend struct {
+	dir string
+}
+
+// NewFileBackend returns the backend of dir (absolute), which it makes if need be.
+func NewFileBackend(dir string) (*FileBackend, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("snapshot store: file:// needs an absolute directory, got %q", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	return &FileBackend{dir: filepath.Clean(dir)}, nil
+}
+
+func (b *FileBackend) String() string { return "file://" + b.dir }
+
+func (b *FileBackend) path(key string) (string, error) {
+	if err := validKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(b.dir, filepath.FromSlash(key)), nil
+}
+
+func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	p, err := b.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("snapshot store: put %s: %w", key, err)
+	}
+	return nil
+}
+
+func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	p, err := b.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	return f, err
+}
+
+func (b *FileBackend) Exists(ctx context.Context, key string) (bool, error) {
+	p, err := b.path(key)
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (b *FileBackend) Touch(ctx context.Context, key string) error {
+	p, err := b.path(key)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if err := os.Chtimes(p, now, now); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", key, ErrNotFound)
+	} else {
+		return err
+	}
+}
+
+func (b *FileBackend) Delete(ctx context.Context, key string) error {
+	p, err := b.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (b *FileBackend) List(ctx context.Context, prefix string, fn func(Object) error) error {
+	// Walk the deepest directory the prefix names fully, and filter by the rest.
+	root := b.dir
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		root = filepath.Join(b.dir, filepath.FromSlash(prefix[:i]))
+	}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() || strings.HasPrefix(d.Name(), ".put-") {
+			return nil
+		}
+		rel, err := filepath.Rel(b.dir, p)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		return fn(Object{Key: key, Size: info.Size(), Modified: info.ModTime()})
+	})
+	return err
+}

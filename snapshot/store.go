@@ -1,0 +1,562 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+)
+
+// Kinds of snapshot: what the caller asked for, a session's archive (its only copy
+// while it is archived), and the transient copy a fork starts from.
+const (
+	KindSnapshot = "snapshot"
+	KindArchive  = "archive"
+	KindFork     = "fork"
+)
+
+// Snapshot is a snapshot's record: what it holds, not its entries.
+type Snapshot struct {
+	ID        string            `json:"id"`
+	Tenant    string            `json:"tenant"`
+	Session   string            `json:"session"`
+	Subject   string            `json:"sub,omitempty"` // who made the session
+	Name      string            `json:"name,omitempty"`
+	Kind      string            `json:"kind"`
+	CreatedAt time.Time         `json:"createdAt"`
+	ExpiresAt time.Time         `json:"expiresAt,omitzero"`
+	Bytes     int64             `json:"bytes"`  // the workspace's file contents
+	Files     int               `json:"files"`  // regular files (and hard links)
+	Stored    int64             `json:"stored"` // bytes this snapshot added to the store, compressed
+	Image     string            `json:"image"`
+	Env       map[string]string `json:"env,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// SessionExpires is the session's hard end of life (archives: a session adopted
+	// from its archive keeps it).
+	SessionExpires time.Time `json:"sessionExpiresAt,omitzero"`
+}
+
+// entry is one path of the workspace, in the order the tar had them.
+type entry struct {
+	Path  string `json:"p"`
+	Type  byte   `json:"t"` // a tar typeflag: '0' file, '1' hard link, '2' symlink, '5' directory
+	Mode  int64  `json:"m"`
+	Size  int64  `json:"s,omitempty"`
+	Blob  string `json:"b,omitempty"` // sha256 of the contents (files)
+	Link  string `json:"l,omitempty"` // symlink target, or the earlier path of a hard link
+	MTime int64  `json:"t2,omitempty"`
+}
+
+// ErrTooLarge is a workspace past the limit Write was given.
+var ErrTooLarge = errors.New("snapshot too large")
+
+// Store keeps snapshots in a Backend.
+type Store struct {
+	b       Backend
+	workers int
+	enc     *zstd.Encoder
+	dec     *zstd.Decoder
+}
+
+// NewStore returns the store over b.
+func NewStore(b Backend) *Store {
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(4))
+	return &Store{b: b, workers: 8, enc: enc, dec: dec}
+}
+
+// Backend is the store's backend.
+func (s *Store) Backend() Backend { return s.b }
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns a snapshot id: "snap-" and 20 random base32 characters.
+func NewID() string {
+	var b [13]byte
+	_, _ = rand.Read(b[:])
+	return "snap-" + idEncoding.EncodeToString(b[:])[:20]
+}
+
+// ValidID reports whether id is one NewID could have made.
+func ValidID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(rest) != 20 {
+		return false
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+func metaKey(tenant, id string) string    { return tenant + "/meta/" + id + ".json" }
+func entriesKey(tenant, id string) string { return tenant + "/entries/" + id + ".json.zst" }
+func blobKey(tenant, sum string) string   { return tenant + "/blobs/" + sum[:2] + "/" + sum }
+
+// inMemory is the largest file a snapshot holds in memory while it stores it; larger
+// ones go through a temporary file.
+const inMemory = 8 << 20
+
+// Write stores the tar stream r as snapshot meta (whose ID, Tenant and Kind must be
+// set) and returns its record. Contents the tenant's store already holds are not
+// written again. A workspace whose file contents pass limit bytes (0: none) is
+// ErrTooLarge, and nothing of it is recorded. The record is written last: a snapshot
+// exists once it is whole.
+func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int64) (*Snapshot, error) {
+	if !ValidID(meta.ID) || meta.Tenant == "" {
+		return nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.workers)
+	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}}
+	if err := w.read(r); err != nil {
+		_ = g.Wait() // the files already handed out end before their contents go
+		return nil, err
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("snapshot: store the files: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.finish(ctx, meta, w.entries, w.stored.Load())
+}
+
+// writing is one Write under way.
+type writing struct {
+	s       *Store
+	g       *errgroup.Group // stores the contents, several at a time
+	ctx     context.Context // g's
+	meta    *Snapshot
+	limit   int64
+	entries []entry
+	stored  atomic.Int64    // bytes written to the backend
+	pending map[string]bool // contents handed to g already (read's goroutine only)
+}
+
+// read reads the workspace's tar stream into w.entries, handing each file's contents to
+// w.g to be stored.
+func (w *writing) read(r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot: read the workspace: %w", err)
+		}
+		if w.ctx.Err() != nil {
+			return nil // g.Wait says why
+		}
+		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
+		switch h.Typeflag {
+		case tar.TypeDir:
+		case tar.TypeSymlink, tar.TypeLink:
+			e.Link = h.Linkname
+			if h.Typeflag == tar.TypeLink {
+				w.meta.Files++
+			}
+		case tar.TypeReg:
+			w.meta.Files++
+			w.meta.Bytes += h.Size
+			if w.limit > 0 && w.meta.Bytes > w.limit {
+				return fmt.Errorf("%w: the workspace holds more than %d bytes of files", ErrTooLarge, w.limit)
+			}
+			e.Size = h.Size
+			c, err := w.s.spool(tr, h.Size)
+			if err != nil {
+				return err
+			}
+			e.Blob = c.sum
+			if w.pending[c.sum] {
+				c.close()
+				break
+			}
+			w.pending[c.sum] = true
+			w.g.Go(func() error {
+				defer c.close()
+				n, err := w.s.putBlob(w.ctx, w.meta.Tenant, c)
+				w.stored.Add(n)
+				return err
+			})
+		default:
+			continue // devices, fifos: never in a workspace archive
+		}
+		w.entries = append(w.entries, e)
+	}
+}
+
+// finish writes a snapshot's entries, then its record.
+func (s *Store) finish(ctx context.Context, meta Snapshot, entries []entry, stored int64) (*Snapshot, error) {
+	list, err := json.Marshal(entries)
+	if err != nil {
+		return nil, err
+	}
+	packed := s.enc.EncodeAll(list, nil)
+	if err := s.b.Put(ctx, entriesKey(meta.Tenant, meta.ID), bytes.NewReader(packed), int64(len(packed))); err != nil {
+		return nil, err
+	}
+	meta.Stored = stored + int64(len(packed))
+	rec, _ := json.Marshal(meta)
+	if err := s.b.Put(ctx, metaKey(meta.Tenant, meta.ID), bytes.NewReader(rec), int64(len(rec))); err != nil {
+		_ = s.b.Delete(context.WithoutCancel(ctx), entriesKey(meta.Tenant, meta.ID))
+		return nil, err
+	}
+	return &meta, nil
+}
+
+// content is one file's contents while it is stored: in memory, or in a temporary file.
+type content struct {
+	sum  string
+	mem  []byte
+	file *os.File
+	size int64
+}
+
+func (c *content) close() {
+	if c.file != nil {
+		c.file.Close()
+		os.Remove(c.file.Name())
+	}
+}
+
+func (c *content) reader() io.Reader {
+	if c.file != nil {
+		_, _ = c.file.Seek(0, io.SeekStart)
+		return c.file
+	}
+	return bytes.NewReader(c.mem)
+}
+
+// spool reads size bytes of r and hashes them.
+func (s *Store) spool(r io.Reader, size int64) (*content, error) {
+	h := sha256.New()
+	c := &content{size: size}
+	if size <= inMemory {
+		c.mem = make([]byte, size)
+		if _, err := io.ReadFull(r, c.mem); err != nil {
+			return nil, fmt.Errorf("snapshot: read the workspace: %w", err)
+		}
+		h.Write(c.mem)
+	} else {
+		f, err := os.CreateTemp("", "cws-snapshot-*")
+		if err != nil {
+			return nil, err
+		}
+		c.file = f
+		if _, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, size)); err != nil {
+			c.close()
+			return nil, fmt.Errorf("snapshot: read the workspace: %w", err)
+		}
+	}
+	c.sum = hex.EncodeToString(h.Sum(nil))
+	return c, nil
+}
+
+// putBlob stores c unless the tenant's store holds it (then it is touched, so that a
+// collection running meanwhile keeps it), and returns the bytes it wrote.
+func (s *Store) putBlob(ctx context.Context, tenant string, c *content) (int64, error) {
+	key := blobKey(tenant, c.sum)
+	err := s.b.Touch(ctx, key)
+	if err == nil {
+		return 0, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return 0, err
+	}
+	if c.file == nil {
+		packed := s.enc.EncodeAll(c.mem, nil)
+		return int64(len(packed)), s.b.Put(ctx, key, bytes.NewReader(packed), int64(len(packed)))
+	}
+	pr, pw := io.Pipe()
+	var n countWriter
+	go func() {
+		zw, err := zstd.NewWriter(io.MultiWriter(pw, &n), zstd.WithEncoderLevel(zstd.SpeedFastest))
+		if err == nil {
+			_, err = io.Copy(zw, c.reader())
+			if cerr := zw.Close(); err == nil {
+				err = cerr
+			}
+		}
+		pw.CloseWithError(err)
+	}()
+	err = s.b.Put(ctx, key, pr, -1)
+	pr.CloseWithError(err)
+	return n.n.Load(), err
+}
+
+type countWriter struct{ n atomic.Int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
+
+// Get returns a tenant's snapshot record; another tenant's is ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, id string) (*Snapshot, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	rc, err := s.b.Get(ctx, metaKey(tenant, id))
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("snapshot %s: %w", id, ErrNotFound)
+		}
+		return nil, err
+	}
+	defer rc.Close()
+	var m Snapshot
+	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&m); err != nil {
+		return nil, fmt.Errorf("snapshot %s: bad record: %w", id, err)
+	}
+	return &m, nil
+}
+
+// List returns a tenant's snapshots of the given kinds (all when none), oldest first.
+func (s *Store) List(ctx context.Context, tenant string, kinds ...string) ([]*Snapshot, error) {
+	var ids []string
+	err := s.b.List(ctx, tenant+"/meta/", func(o Object) error {
+		if id, ok := strings.CutSuffix(path.Base(o.Key), ".json"); ok && ValidID(id) {
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Snapshot, 0, len(ids))
+	for _, id := range ids {
+		m, err := s.Get(ctx, tenant, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(kinds) == 0 || slices.Contains(kinds, m.Kind) {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Snapshot) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Tenants returns the tenants the store holds anything of.
+func (s *Store) Tenants(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	err := s.b.List(ctx, "", func(o Object) error {
+		if t, rest, ok := strings.Cut(o.Key, "/"); ok && strings.HasPrefix(rest, "meta/") {
+			seen[t] = true
+		}
+		return nil
+	})
+	out := make([]string, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out, err
+}
+
+// Delete removes a snapshot's record and entries; its blobs go with the next Collect.
+func (s *Store) Delete(ctx context.Context, tenant, id string) error {
+	if _, err := s.Get(ctx, tenant, id); err != nil {
+		return err
+	}
+	if err := s.b.Delete(ctx, metaKey(tenant, id)); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, entriesKey(tenant, id))
+}
+
+func (s *Store) entries(ctx context.Context, tenant, id string) ([]entry, error) {
+	rc, err := s.b.Get(ctx, entriesKey(tenant, id))
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	packed, err := io.ReadAll(io.LimitReader(rc, 1<<30))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := s.dec.DecodeAll(packed, nil)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: bad entries: %w", id, err)
+	}
+	var es []entry
+	if err := json.Unmarshal(raw, &es); err != nil {
+		return nil, fmt.Errorf("snapshot %s: bad entries: %w", id, err)
+	}
+	return es, nil
+}
+
+// prefetch is how many files Read fetches ahead of the one it writes.
+const prefetch = 16
+
+// Read writes a tenant's snapshot id to w as a tar stream, in the order it was taken.
+// Small files are fetched ahead, several at a time; large ones stream in turn.
+func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) error {
+	if _, err := s.Get(ctx, tenant, id); err != nil {
+		return err
+	}
+	es, err := s.entries(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type fetched struct {
+		data []byte
+		err  error
+	}
+	// One future per entry, in order; the channel's buffer bounds the fetches ahead.
+	futures := make(chan chan fetched, prefetch)
+	go func() {
+		defer close(futures)
+		for _, e := range es {
+			var ch chan fetched
+			if e.Type == tar.TypeReg && e.Size <= inMemory {
+				ch = make(chan fetched, 1)
+				go func() {
+					data, err := s.blob(ctx, tenant, e.Blob)
+					ch <- fetched{data, err}
+				}()
+			}
+			select {
+			case futures <- ch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tw := tar.NewWriter(w)
+	for _, e := range es {
+		var ch chan fetched
+		select {
+		case ch = <-futures:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		h := &tar.Header{Name: e.Path, Typeflag: e.Type, Mode: e.Mode, Size: e.Size, Linkname: e.Link, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
+		if e.Type != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if e.Type != tar.TypeReg {
+			continue
+		}
+		if ch == nil {
+			if err := s.streamBlob(ctx, tenant, e.Blob, tw); err != nil {
+				return err
+			}
+			continue
+		}
+		f := <-ch
+		if f.err != nil {
+			return f.err
+		}
+		if int64(len(f.data)) != e.Size {
+			return fmt.Errorf("snapshot %s: %s: stored %d bytes, want %d", id, e.Path, len(f.data), e.Size)
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func (s *Store) blob(ctx context.Context, tenant, sum string) ([]byte, error) {
+	rc, err := s.b.Get(ctx, blobKey(tenant, sum))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: contents %s: %w", sum, err)
+	}
+	defer rc.Close()
+	packed, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return s.dec.DecodeAll(packed, nil)
+}
+
+func (s *Store) streamBlob(ctx context.Context, tenant, sum string, w io.Writer) error {
+	rc, err := s.b.Get(ctx, blobKey(tenant, sum))
+	if err != nil {
+		return fmt.Errorf("snapshot: contents %s: %w", sum, err)
+	}
+	defer rc.Close()
+	zr, err := zstd.NewReader(rc, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	_, err = io.Copy(w, zr)
+	return err
+}
+
+// Collect removes the tenant's blobs that no snapshot references and that were not
+// written or touched within grace (a snapshot being written meanwhile touches or
+// writes every blob it uses before its record appears). It returns how many it
+// removed and their bytes.
+func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration) (n int, bytes int64, err error) {
+	cutoff := time.Now().Add(-grace)
+	var old []Object
+	if err := s.b.List(ctx, tenant+"/blobs/", func(o Object) error {
+		if o.Modified.Before(cutoff) {
+			old = append(old, o)
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	if len(old) == 0 {
+		return 0, 0, nil
+	}
+	used := map[string]bool{}
+	all, err := s.List(ctx, tenant)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, m := range all {
+		es, err := s.entries(ctx, tenant, m.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, e := range es {
+			if e.Blob != "" {
+				used[e.Blob] = true
+			}
+		}
+	}
+	for _, o := range old {
+		if used[path.Base(o.Key)] {
+			continue
+		}
+		if err := s.b.Delete(ctx, o.Key); err != nil {
+			return n, bytes, err
+		}
+		n++
+		bytes += o.Size
+	}
+	return n, bytes, nil
+}

@@ -1,0 +1,488 @@
+package workspace
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/snapshot"
+)
+
+// A session is a workspace that lives in one of three places (DESIGN.md, "A workspace
+// outlives its sandbox"):
+//
+//	ready      a running sandbox
+//	suspended  its volume (PVC); no sandbox runs
+//	archived   the snapshot store only
+//
+// Idle time (suspendAfter, archiveAfter) or Suspend moves a session down; any call that
+// needs its sandbox moves it up again (wake), once, on whichever replica gets it first.
+// Every transition writes the store first and then does the work, in an order whose
+// every crash point the reconciler can finish or undo:
+//
+//   - suspend: record suspended, then stop the sandbox. A crash between leaves a
+//     suspended session whose sandbox runs: Reconcile stops it.
+//   - wake from suspended: record ready, then start the sandbox. A crash between
+//     leaves a ready session whose sandbox is stopped: the next call, or Reconcile,
+//     starts it (as after an engine restart).
+//   - archive: copy the files to the snapshot store (an archive snapshot), record
+//     archived, then remove the sandbox and its volume. A crash before the record
+//     leaves a stray archive (collected); after it, a stray sandbox (removed).
+//   - wake from archived: make a sandbox, restore the archive into it, record ready,
+//     then delete the archive. A crash before the record leaves a stray sandbox; after
+//     it, a stray archive: both are removed.
+
+// Suspender is what a Sandboxes does to suspend a sandbox: stop it and keep its disk,
+// which Start brings back. A Sandboxes without it can't suspend.
+type Suspender interface {
+	Suspend(ctx context.Context, id string) error
+}
+
+// DiskKeeper is what a Sandboxes may say of its disks: false when a sandbox's files
+// die with it (a Kubernetes pod on an emptyDir). A suspend then archives.
+type DiskKeeper interface {
+	KeepsDisk() bool
+}
+
+// LifecycleObserver is what an Observer may implement to see sessions move between
+// states (metrics.Metrics does).
+type LifecycleObserver interface {
+	// Suspended counts suspends by reason: "idle", "explicit".
+	Suspended(reason string)
+	// Archived counts archives by reason.
+	Archived(reason string)
+	// Woke measures a wake from a state ("suspended", "archived").
+	Woke(from string, d time.Duration)
+	// SnapshotWritten counts a snapshot's bytes as taken and as newly stored.
+	SnapshotWritten(kind string, bytes, stored int64)
+	// Forked measures a fork of count sessions.
+	Forked(count int, d time.Duration)
+}
+
+func lifecycle(o Observer) LifecycleObserver {
+	if l, ok := o.(LifecycleObserver); ok {
+		return l
+	}
+	return nopObserver{}
+}
+
+func (nopObserver) Suspended(string)                      {}
+func (nopObserver) Archived(string)                       {}
+func (nopObserver) Woke(string, time.Duration)            {}
+func (nopObserver) SnapshotWritten(string, int64, int64)  {}
+func (nopObserver) Forked(int, time.Duration)             {}
+
+// Suspend suspends caller's session id now (reason "explicit") and returns it. A
+// suspended or archived session is returned as it is.
+func (s *Service) Suspend(ctx context.Context, caller Caller, id string) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "suspending a session"); err != nil {
+		return nil, err
+	}
+	sess, err := s.getSession(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.suspend(ctx, sess, "explicit")
+}
+
+// Resume wakes caller's session id (a no-op for a ready one) and returns it.
+func (s *Service) Resume(ctx context.Context, caller Caller, id string) (*Session, error) {
+	if err := caller.need(auth.ScopeSessions, "resuming a session"); err != nil {
+		return nil, err
+	}
+	sess, err := s.getSession(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	if !sess.Asleep() {
+		return s.usable(sess, id)
+	}
+	return s.wake(ctx, sess)
+}
+
+// suspend moves a ready session to suspended (or, when its sandbox keeps no disk,
+// straight to archived).
+func (s *Service) suspend(ctx context.Context, sess *Session, reason string) (*Session, error) {
+	switch sess.State {
+	case StateSuspended, StateArchived:
+		return sess, nil
+	case StateReady:
+	default:
+		return nil, fmt.Errorf("%w: session %s is %s: only a ready session can be suspended", ErrConflict, sess.ID, sess.State)
+	}
+	sp, ok := s.cfg.Sandboxes.(Suspender)
+	if !ok {
+		return nil, fmt.Errorf("%w: this server's sandbox driver can't suspend", ErrNotConfigured)
+	}
+	if dk, ok := s.cfg.Sandboxes.(DiskKeeper); ok && !dk.KeepsDisk() {
+		return s.archive(ctx, sess, reason)
+	}
+	ctx = context.WithoutCancel(ctx) // half a suspend helps nobody
+	s.keepProcesses(ctx, sess)
+	next := *sess
+	next.State, next.SuspendedAt = StateSuspended, s.cfg.Now().UTC()
+	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+		return nil, err
+	}
+	s.endAgent(sess.Sandbox)
+	if err := sp.Suspend(ctx, sess.Sandbox); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		// Recorded suspended: the reconciler stops it, and a call wakes it meanwhile.
+		s.log.Warn("suspend: stop the sandbox", "session", sess.ID, "sandbox", sess.Sandbox, "err", err)
+	}
+	lifecycle(s.obs).Suspended(reason)
+	s.lifecycleAudit(&next, "suspend", reason)
+	s.countActiveSoon()
+	s.log.Info("session suspended", "session", sess.ID, "tenant", sess.Tenant, "reason", reason)
+	return &next, nil
+}
+
+// wakeTimeout bounds one wake: a sandbox's start (or make and restore) and its agent.
+func (s *Service) wakeTimeout() time.Duration { return s.cfg.ReadyTimeout + 2*time.Minute }
+
+// wake brings an asleep session back to ready and returns it. Concurrent wakes of one
+// session on this replica share one; on other replicas they wait for the replica that
+// claimed it (Store.Claim). An engine that is down answers ErrUnavailable, and the
+// session stays as it was.
+func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
+	key := sess.Tenant + "/" + sess.ID
+	ch := s.wakes.DoChan(key, func() (any, error) {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.wakeTimeout())
+		defer cancel()
+		return s.wakeOnce(wctx, sess.Tenant, sess.ID)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*Session), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
+
+func (s *Service) wakeOnce(ctx context.Context, tenant, id string) (*Session, error) {
+	start := time.Now()
+	token := newID()
+	for {
+		sess, err := s.cfg.Store.GetSession(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		if !sess.Asleep() {
+			return s.usable(sess, id)
+		}
+		_, claimed, err := s.cfg.Store.Claim(ctx, wakeKey(tenant, id), token, s.wakeTimeout())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if !claimed {
+			// Another replica wakes it: wait for its record to say ready.
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: session %s is still waking", ErrUnavailable, id)
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		defer s.cfg.Store.Release(context.WithoutCancel(ctx), wakeKey(tenant, id), token)
+		// Read again under the claim: a wake that finished between the read and the
+		// claim must not run twice.
+		if sess, err = s.cfg.Store.GetSession(ctx, tenant, id); err != nil {
+			return nil, err
+		}
+		from := sess.State
+		switch sess.State {
+		case StateSuspended:
+			sess, err = s.wakeSuspended(ctx, sess)
+		case StateArchived:
+			sess, err = s.wakeArchived(ctx, sess)
+		default:
+			return s.usable(sess, id)
+		}
+		if err != nil {
+			s.log.Warn("wake failed", "session", id, "tenant", tenant, "from", from, "err", err)
+			return nil, err
+		}
+		lifecycle(s.obs).Woke(from, time.Since(start))
+		s.lifecycleAudit(sess, "wake", from)
+		s.countActiveSoon()
+		s.log.Info("session woke", "session", id, "tenant", tenant, "from", from, "took", time.Since(start).Round(time.Millisecond))
+		return sess, nil
+	}
+}
+
+// wakeSuspended starts a suspended session's sandbox again.
+func (s *Service) wakeSuspended(ctx context.Context, sess *Session) (*Session, error) {
+	prev := *sess
+	next := *sess
+	next.State, next.SuspendedAt, next.LastUsed = StateReady, time.Time{}, s.cfg.Now().UTC()
+	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	undo := func(cause error) error {
+		if err := s.cfg.Store.UpdateSession(context.WithoutCancel(ctx), &prev); err != nil {
+			s.log.Warn("wake: put the session back to suspended", "session", sess.ID, "err", err)
+		}
+		return cause
+	}
+	s.forgetAgent(sess.Sandbox)
+	if err := s.cfg.Sandboxes.Start(ctx, sess.Sandbox); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return nil, fmt.Errorf("session %s: %w: its suspended sandbox is gone", sess.ID, ErrSessionLost)
+		}
+		return nil, undo(fmt.Errorf("%w: wake session %s: %v (retry in a moment; the session stays suspended)", ErrUnavailable, sess.ID, err))
+	}
+	if err := s.waitReady(ctx, sess.Sandbox); err != nil {
+		return nil, err // recorded ready: the next call heals or restarts it as usual
+	}
+	return &next, nil
+}
+
+// keepProcesses records the session's background processes before its sandbox stops
+// (suspendedProcs): after the wake they are reported as ended by the suspend, with the
+// end of their output.
+func (s *Service) keepProcesses(ctx context.Context, sess *Session) {
+	if err := s.saveSuspendedProcs(ctx, sess); err != nil {
+		s.log.Warn("suspend: keep the background processes' output", "session", sess.ID, "err", err)
+	}
+}
+
+// lifecycleAudit records a session's state change in the audit stream.
+func (s *Service) lifecycleAudit(sess *Session, what, why string) {
+	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: sess.Tenant, Subject: sess.Subject, Session: sess.ID,
+		Tool: "session." + what, Decision: "allow", Outcome: cmp.Or(why, "ok")})
+}
+
+// idleSuspend suspends every ready session idle for longer than its suspendAfter, and
+// archives every suspended one asleep for longer than archiveAfter. It returns how many
+// moved.
+func (s *Service) idleSuspend(ctx context.Context, all []*Session) int {
+	now, n := s.cfg.Now(), 0
+	for _, sess := range all {
+		if sess.Expired(now) {
+			continue
+		}
+		tp, ok := s.cfg.Tenants.Policy(sess.Tenant)
+		if !ok {
+			continue
+		}
+		switch sess.State {
+		case StateReady:
+			after := s.suspendAfter(sess.ID, tp.SuspendAfter.Std())
+			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) {
+				continue
+			}
+			if _, err := s.suspend(ctx, sess, "idle"); err != nil {
+				s.log.Warn("idle suspend", "session", sess.ID, "err", err)
+				continue
+			}
+			n++
+		case StateSuspended:
+			after := cmp.Or(tp.ArchiveAfter.Std(), s.cfg.ArchiveAfter)
+			if after <= 0 || s.cfg.Snapshots == nil || now.Sub(sess.SuspendedAt) < after {
+				continue
+			}
+			if _, err := s.archive(ctx, sess, "idle"); err != nil {
+				s.log.Warn("archive", "session", sess.ID, "err", err)
+				continue
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// suspendAfter is a session's idle suspend delay: the tenant's (else the server's),
+// shortened by its workspace's .cws-policy.json as this replica last read it (a
+// replica that served none of its calls goes by the tenant's).
+func (s *Service) suspendAfter(id string, tenant time.Duration) time.Duration {
+	d := cmp.Or(tenant, s.cfg.SuspendAfter)
+	s.mu.Lock()
+	cp, ok := s.policies[id]
+	s.mu.Unlock()
+	if ok && cp.eff != nil {
+		if w := cp.eff.SuspendAfter(); w > 0 && (d <= 0 || w < d) {
+			d = w
+		}
+	}
+	return d
+}
+
+// ensureRestored pipes the snapshot id of tenant into a sandbox's agent (all or
+// nothing), the whole tree, denied paths included.
+func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Client) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(s.cfg.Snapshots.Read(ctx, tenant, id, pw)) }()
+	g := wholeTree
+	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, pr)
+	pr.CloseWithError(err)
+	if err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", id, mapAgentError(err))
+	}
+	return nil
+}
+
+// capture writes the whole workspace of a ready session into the snapshot store as
+// meta (ID, Kind and the rest set by the caller), bounded by limit bytes (0: none).
+// Tool calls on this replica wait while it reads the tree (a write cws accepted is all
+// in or all out).
+func (s *Service) capture(ctx context.Context, sess *Session, meta snapshot.Snapshot, limit int64) (*snapshot.Snapshot, error) {
+	if s.cfg.Snapshots == nil {
+		return nil, errNoSnapshotStore
+	}
+	unlock := s.quiesce(sess.ID)
+	defer unlock()
+	a := s.agentFor(sess.Sandbox)
+	pr, pw := io.Pipe()
+	go func() {
+		g := wholeTree
+		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g}, pw)
+		pw.CloseWithError(mapAgentError(err))
+	}()
+	meta.Tenant, meta.Session, meta.Subject, meta.Image = sess.Tenant, sess.ID, sess.Subject, sess.Image
+	meta.Env, meta.Labels, meta.SessionExpires = sess.Env, sess.Labels, sess.ExpiresAt
+	if meta.CreatedAt.IsZero() {
+		meta.CreatedAt = s.cfg.Now().UTC()
+	}
+	snap, err := s.cfg.Snapshots.Write(ctx, meta, pr, limit)
+	pr.CloseWithError(err)
+	if err != nil {
+		return nil, err
+	}
+	lifecycle(s.obs).SnapshotWritten(meta.Kind, snap.Bytes, snap.Stored)
+	return snap, nil
+}
+
+// quietLock is the lock that orders a session's writes with its snapshots.
+func (s *Service) quietLock(id string) *sync.RWMutex {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return &s.quiet[h.Sum32()%uint32(len(s.quiet))]
+}
+
+// quiesce holds off the session's file writes on this replica (tools of the
+// tools:write scope, uploads) until the returned func is called: a write cws accepted
+// is in a snapshot whole or not at all. Commands are not held off: what a command
+// writes while the tree is read is in the snapshot as each file was when it was read.
+func (s *Service) quiesce(id string) func() {
+	m := s.quietLock(id)
+	m.Lock()
+	return m.Unlock
+}
+
+// writing marks a write under way on the session (quiesce waits for it).
+func (s *Service) writing(id string) func() {
+	m := s.quietLock(id)
+	m.RLock()
+	return m.RUnlock
+}
+
+var errNoSnapshotStore = fmt.Errorf("%w: this server has no snapshot store (cws serve --snapshot-store)", ErrNotConfigured)
+
+// archive moves a session's files into the snapshot store and removes its sandbox and
+// volume. A suspended session's sandbox is started (not woken: it takes no calls) to
+// read its files.
+func (s *Service) archive(ctx context.Context, sess *Session, reason string) (*Session, error) {
+	if s.cfg.Snapshots == nil {
+		return nil, errNoSnapshotStore
+	}
+	ctx = context.WithoutCancel(ctx)
+	if sess.State == StateSuspended {
+		if err := s.cfg.Sandboxes.Start(ctx, sess.Sandbox); err != nil {
+			return nil, fmt.Errorf("%w: archive %s: start its sandbox: %v", ErrUnavailable, sess.ID, err)
+		}
+		if err := s.waitReady(ctx, sess.Sandbox); err != nil {
+			return nil, err
+		}
+	} else {
+		s.keepProcesses(ctx, sess)
+	}
+	snap, err := s.capture(ctx, sess, snapshot.Snapshot{ID: snapshot.NewID(), Kind: snapshot.KindArchive, Name: "archive of " + sess.ID}, 0)
+	if err != nil {
+		if sess.State == StateSuspended {
+			s.stopQuietly(ctx, sess)
+		}
+		return nil, err
+	}
+	next := *sess
+	next.State, next.Archive, next.Sandbox = StateArchived, snap.ID, ""
+	if sess.SuspendedAt.IsZero() {
+		next.SuspendedAt = s.cfg.Now().UTC()
+	}
+	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+		_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
+		if sess.State == StateSuspended {
+			s.stopQuietly(ctx, sess)
+		}
+		return nil, err
+	}
+	s.endAgent(sess.Sandbox)
+	if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
+		s.log.Warn("archive: remove the sandbox (the reconciler will)", "session", sess.ID, "sandbox", sess.Sandbox, "err", err)
+	}
+	lifecycle(s.obs).Archived(reason)
+	if sess.State == StateReady {
+		lifecycle(s.obs).Suspended(reason)
+	}
+	s.lifecycleAudit(&next, "archive", reason)
+	s.countActiveSoon()
+	s.log.Info("session archived", "session", sess.ID, "tenant", sess.Tenant, "archive", snap.ID, "bytes", snap.Bytes, "stored", snap.Stored)
+	return &next, nil
+}
+
+func (s *Service) stopQuietly(ctx context.Context, sess *Session) {
+	s.endAgent(sess.Sandbox)
+	if sp, ok := s.cfg.Sandboxes.(Suspender); ok {
+		_ = sp.Suspend(ctx, sess.Sandbox)
+	}
+}
+
+// wakeArchived makes a new sandbox for an archived session (from the warm pool when one
+// fits) and restores its archive into it.
+func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, error) {
+	if s.cfg.Snapshots == nil {
+		return nil, errNoSnapshotStore
+	}
+	tp, ok := s.cfg.Tenants.Policy(sess.Tenant)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
+	}
+	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(sess, tp, sess.Env, false)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
+	}
+	drop := func(cause error) error {
+		s.endAgent(info.ID)
+		_ = s.cfg.Sandboxes.Remove(context.WithoutCancel(ctx), info.ID)
+		return cause
+	}
+	if err := s.waitReady(ctx, info.ID); err != nil {
+		return nil, drop(err)
+	}
+	if err := s.restore(ctx, sess.Tenant, sess.Archive, s.agentFor(info.ID)); err != nil {
+		if errors.Is(err, snapshot.ErrNotFound) {
+			return nil, drop(fmt.Errorf("session %s: %w: its archive %s is gone from the snapshot store", sess.ID, ErrSessionLost, sess.Archive))
+		}
+		return nil, drop(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	next := *sess
+	next.State, next.Sandbox, next.Archive, next.SuspendedAt, next.LastUsed = StateReady, info.ID, "", time.Time{}, s.cfg.Now().UTC()
+	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+		return nil, drop(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	}
+	if err := s.cfg.Snapshots.Delete(ctx, sess.Tenant, sess.Archive); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
+		s.log.Warn("wake: delete the archive (the reconciler will)", "session", sess.ID, "archive", sess.Archive, "err", err)
+	}
+	return &next, nil
+}

@@ -1,0 +1,394 @@
+package workspace_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/sandbox/sandboxtest"
+	"github.com/cwsdev/cws/snapshot"
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/memstore"
+	"github.com/cwsdev/cws/workspace/policy"
+	"github.com/cwsdev/cws/workspace/toolset"
+)
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+// lifeEnv is a Service with a snapshot store in a directory, over memstore and
+// sandboxtest.Local.
+type lifeEnv struct {
+	*env
+	store *memstore.Store
+	snaps *snapshot.Store
+	clock *clock
+	cfg   workspace.Config
+}
+
+func newLifeEnv(t *testing.T, tenantPolicyJSON string) *lifeEnv {
+	t.Helper()
+	if tenantPolicyJSON == "" {
+		tenantPolicyJSON = "{}"
+	}
+	tp, err := policy.Parse([]byte(tenantPolicyJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := policy.Parse([]byte("{}"))
+	b, err := snapshot.NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	l := &lifeEnv{store: memstore.New(), snaps: snapshot.NewStore(b), clock: clk}
+	l.cfg = workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: l.store, Sandboxes: sandboxtest.New(t),
+		Tenants: tenants{testTenant: tp, otherTenant: other}, DefaultImage: "test-image", PolicyTTL: time.Nanosecond,
+		Snapshots: l.snaps, SuspendAfter: 10 * time.Minute, ArchiveAfter: 24 * time.Hour, Now: clk.Now, RenewFlush: time.Hour,
+		DefaultIdleTTL: 7 * 24 * time.Hour, DefaultMaxLife: 30 * 24 * time.Hour}
+	svc := workspace.New(l.cfg)
+	t.Cleanup(svc.Close)
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
+	sess, err := svc.CreateSession(context.Background(), caller, workspace.CreateRequest{Env: map[string]string{"LANG": "C.UTF-8"}, Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := l.cfg.Sandboxes.(*sandboxtest.Local)
+	l.env = &env{t: t, svc: svc, caller: caller, id: sess.ID, local: local, dir: local.Dir(sess.Sandbox)}
+	return l
+}
+
+func (l *lifeEnv) session() *workspace.Session {
+	l.t.Helper()
+	s, err := l.store.GetSession(context.Background(), testTenant, l.id)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return s
+}
+
+func (l *lifeEnv) read(path string) string {
+	l.t.Helper()
+	v := l.ok("readFile", map[string]any{"path": path})
+	b, _ := json.Marshal(v)
+	var r struct{ Content string }
+	_ = json.Unmarshal(b, &r)
+	return r.Content
+}
+
+// TestSuspendWake: a suspended session has no running sandbox; the next call wakes it
+// and answers as if nothing happened; suspend and resume are idempotent; another
+// tenant's session is not found.
+func TestSuspendWake(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "kept.txt", "contents": "still here"})
+	sess, err := l.svc.Suspend(ctx, l.caller, l.id)
+	if err != nil || sess.State != workspace.StateSuspended {
+		t.Fatalf("Suspend = %+v, %v", sess, err)
+	}
+	if again, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil || again.State != workspace.StateSuspended {
+		t.Errorf("a second Suspend = %+v, %v", again, err)
+	}
+	if boxes, _ := l.local.List(ctx, nil); len(boxes) != 1 || boxes[0].Running {
+		t.Fatalf("after suspend the sandbox is %+v, want one, stopped", boxes)
+	}
+	starts := l.local.Starts
+	if got := l.read("kept.txt"); got != "still here" {
+		t.Errorf("readFile after suspend = %q", got)
+	}
+	if st := l.session().State; st != workspace.StateReady {
+		t.Errorf("after the call the session is %s, want ready", st)
+	}
+	if l.local.Starts != starts+1 {
+		t.Errorf("the wake started the sandbox %d times, want once", l.local.Starts-starts)
+	}
+	if got, err := l.svc.Resume(ctx, l.caller, l.id); err != nil || got.State != workspace.StateReady {
+		t.Errorf("Resume of a ready session = %+v, %v", got, err)
+	}
+	other := workspace.Caller{Tenant: otherTenant, Subject: "eve", Scopes: auth.AllScopes()}
+	for name, f := range map[string]func() error{
+		"suspend": func() error { _, err := l.svc.Suspend(ctx, other, l.id); return err },
+		"resume":  func() error { _, err := l.svc.Resume(ctx, other, l.id); return err },
+		"unknown": func() error { _, err := l.svc.Suspend(ctx, l.caller, "s-nope"); return err },
+	} {
+		if err := f(); !errors.Is(err, workspace.ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", name, err)
+		}
+	}
+	noScope := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: []string{auth.ScopeToolsRead}}
+	if _, err := l.svc.Suspend(ctx, noScope, l.id); !errors.Is(err, workspace.ErrForbidden) {
+		t.Errorf("Suspend without the sessions scope: %v, want ErrForbidden", err)
+	}
+}
+
+// TestWakeOnce: 50 concurrent calls on a suspended session wake it once and all answer.
+func TestWakeOnce(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "x"})
+	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	starts := l.local.Starts
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a call on the suspended session: %v", err)
+		}
+	}
+	if n := l.local.Starts - starts; n != 1 {
+		t.Errorf("50 calls started the sandbox %d times, want 1", n)
+	}
+}
+
+// TestIdleSuspend: the reaper suspends a session idle past suspendAfter (a workspace
+// file may only shorten it), archives it past archiveAfter, and a call wakes it from
+// the archive with its files.
+func TestIdleSuspend(t *testing.T) {
+	l := newLifeEnv(t, `{"suspendAfter": "1h"}`)
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "src/main.go", "contents": "package main\n"})
+	l.put(".cws-policy.json", `{"suspendAfter": "5m"}`)
+	l.clock.Add(time.Second)
+	l.read("src/main.go") // the workspace's policy is read by a call
+	l.clock.Add(4 * time.Minute)
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.session().State; st != workspace.StateReady {
+		t.Fatalf("after 4 idle minutes the session is %s, want ready", st)
+	}
+	l.clock.Add(2 * time.Minute)
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.session().State; st != workspace.StateSuspended {
+		t.Fatalf("after 6 idle minutes (workspace suspendAfter 5m) the session is %s, want suspended", st)
+	}
+	l.clock.Add(25 * time.Hour)
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sess := l.session()
+	if sess.State != workspace.StateArchived || sess.Archive == "" || sess.Sandbox != "" {
+		t.Fatalf("after 25 suspended hours the session is %+v, want archived", sess)
+	}
+	if boxes, _ := l.local.List(ctx, nil); len(boxes) != 0 {
+		t.Errorf("an archived session still has sandboxes: %+v", boxes)
+	}
+	if got := l.read("src/main.go"); got != "package main\n" {
+		t.Errorf("readFile after the archive = %q", got)
+	}
+	woke := l.session()
+	if woke.State != workspace.StateReady || woke.Archive != "" || woke.Env["LANG"] != "C.UTF-8" || woke.Labels["team"] != "a" {
+		t.Errorf("woken from the archive: %+v", woke)
+	}
+	if _, err := l.snaps.Get(ctx, testTenant, sess.Archive); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("the archive outlived the wake: %v", err)
+	}
+}
+
+// TestSuspendedProcesses: background processes end at suspend and are reported as
+// ended by it, with their output up to then.
+func TestSuspendedProcesses(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	p := l.ok("startProcess", map[string]any{"command": "sh", "args": []string{"-c", "echo before; sleep 20"}})
+	id := fmt.Sprint(asMap(t, p)["id"])
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := asMap(t, l.ok("readProcessOutput", map[string]any{"id": id}))
+		if out["stdout"] == "before\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output: %v", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	out := asMap(t, l.ok("readProcessOutput", map[string]any{"id": id}))
+	proc := out["process"].(map[string]any)
+	if out["stdout"] != "before\n" || proc["running"] != false || proc["endReason"] != "suspended" {
+		t.Errorf("readProcessOutput after the wake = %v", out)
+	}
+	list := asMap(t, l.ok("listProcesses", map[string]any{}))
+	found := false
+	for _, p := range list["processes"].([]any) {
+		if m := p.(map[string]any); m["id"] == id {
+			found = m["endReason"] == "suspended" && m["running"] == false
+		}
+	}
+	if !found {
+		t.Errorf("listProcesses after the wake = %v", list)
+	}
+}
+
+func asMap(t *testing.T, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestSnapshotsAndFork: a snapshot holds the whole tree (denied paths too) and the
+// session's image, env and labels; a session made from it has them; forks are
+// independent of each other and of the source; bad input is refused with the field.
+func TestSnapshotsAndFork(t *testing.T) {
+	l := newLifeEnv(t, `{"deniedPaths": [".env"], "maxSnapshots": 2}`)
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "one"})
+	l.put(".env", "SECRET=1\n")
+	snap, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Name != "first" || snap.Files != 2 || snap.Image != "test-image" || snap.Labels["team"] != "a" {
+		t.Errorf("snapshot = %+v", snap)
+	}
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "two"})
+	from, err := l.svc.CreateSession(ctx, l.caller, workspace.CreateRequest{Snapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from.Env["LANG"] != "C.UTF-8" || from.Labels["team"] != "a" {
+		t.Errorf("session from the snapshot: %+v", from)
+	}
+	fromDir := l.local.Dir(from.Sandbox)
+	fe := &env{t: t, svc: l.svc, caller: l.caller, id: from.ID, local: l.local, dir: fromDir}
+	if fe.get("a.txt") != "one" || fe.get(".env") != "SECRET=1\n" {
+		t.Errorf("the session from the snapshot holds a.txt %q, .env %q", fe.get("a.txt"), fe.get(".env"))
+	}
+
+	// Quotas and bad ids.
+	if _, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "second"); err != nil {
+		t.Fatal(err)
+	}
+	var v *policy.Violation
+	if _, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "third"); !errors.As(err, &v) || v.Rule != "maxSnapshots" {
+		t.Errorf("a third snapshot past maxSnapshots 2: %v", err)
+	}
+	for _, bad := range []string{"../etc", "snap-" + string(make([]byte, 10000))} {
+		if _, err := l.svc.GetSnapshot(ctx, l.caller, bad); !errors.Is(err, workspace.ErrInvalid) {
+			t.Errorf("GetSnapshot(%.20q): %v, want ErrInvalid", bad, err)
+		}
+	}
+	other := workspace.Caller{Tenant: otherTenant, Subject: "eve", Scopes: auth.AllScopes()}
+	if _, err := l.svc.GetSnapshot(ctx, other, snap.ID); !errors.Is(err, workspace.ErrNotFound) {
+		t.Errorf("another tenant's GetSnapshot: %v, want ErrNotFound", err)
+	}
+	if _, err := l.svc.CreateSession(ctx, other, workspace.CreateRequest{Snapshot: snap.ID}); !errors.Is(err, workspace.ErrNotFound) {
+		t.Errorf("another tenant's create from the snapshot: %v, want ErrNotFound", err)
+	}
+	if err := l.svc.DeleteSnapshot(ctx, l.caller, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.svc.CreateSession(ctx, l.caller, workspace.CreateRequest{Snapshot: snap.ID}); !errors.Is(err, workspace.ErrNotFound) {
+		t.Errorf("create from a deleted snapshot: %v, want ErrNotFound", err)
+	}
+
+	// Fork.
+	for _, n := range []int{0, 17, -1} {
+		if _, err := l.svc.Fork(ctx, l.caller, l.id, n); !errors.As(err, &v) || v.Rule != "count" {
+			t.Errorf("Fork count %d: %v, want invalid count", n, err)
+		}
+	}
+	res, err := l.svc.Fork(ctx, l.caller, l.id, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for i, s := range res.Sessions {
+		if res.Errors[i] != nil {
+			t.Fatalf("fork %d: %v", i, res.Errors[i])
+		}
+		dirs = append(dirs, l.local.Dir(s.Sandbox))
+	}
+	for i, d := range dirs {
+		fe := &env{t: t, dir: d}
+		if fe.get("a.txt") != "two" || fe.get(".env") != "SECRET=1\n" {
+			t.Errorf("fork %d holds a.txt %q", i, fe.get("a.txt"))
+		}
+		fe.put("mine.txt", fmt.Sprint(i))
+	}
+	for i, d := range dirs {
+		fe := &env{t: t, dir: d}
+		if fe.get("mine.txt") != fmt.Sprint(i) {
+			t.Errorf("fork %d sees another fork's write", i)
+		}
+	}
+	if l.exists("mine.txt") {
+		t.Error("the source sees a fork's write")
+	}
+}
+
+// TestReconcileAfterFlush: a store that lost everything gets back a suspended session
+// (from its stopped sandbox) and an archived one (from its archive).
+func TestReconcileAfterFlush(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "archived"})
+	second, err := l.svc.CreateSession(ctx, l.caller, workspace.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.svc.Suspend(ctx, l.caller, second.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	l.clock.Add(25 * time.Hour) // past archiveAfter, within the session's life
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.session().State; st != workspace.StateArchived {
+		t.Fatalf("the first session is %s, want archived", st)
+	}
+	// The store forgets everything; a new Service over it reconciles.
+	for _, s := range []string{l.id, second.ID} {
+		_ = l.store.DeleteSession(ctx, testTenant, s)
+	}
+	svc := workspace.New(l.cfg)
+	t.Cleanup(svc.Close)
+	if err := svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{l.id: workspace.StateArchived, second.ID: workspace.StateArchived} {
+		s, err := l.store.GetSession(ctx, testTenant, id)
+		if err != nil {
+			t.Errorf("session %s not adopted: %v", id, err)
+			continue
+		}
+		// the second was archived by the same reap (suspended 25 h)
+		if s.State != want {
+			t.Errorf("session %s adopted as %s, want %s", id, s.State, want)
+		}
+	}
+	res, err := svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+	if err != nil || !containsAll(asJSON(res.Value), "archived") {
+		t.Errorf("readFile on the adopted archived session: %v, %v", res, err)
+	}
+}
