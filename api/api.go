@@ -54,6 +54,9 @@ func New(cfg Config) *Server {
 	e := gin.New()
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
+	// An escaped slash stays inside its path segment (an id of "../x" reaches its
+	// handler, which refuses it by name, instead of routing elsewhere).
+	e.UseRawPath, e.UnescapePathValues = true, true
 	e.Use(gin.Recovery())
 	if cfg.Metrics != nil {
 		e.Use(cfg.Metrics.GinMiddleware())

@@ -68,13 +68,19 @@ func startCWS(t testing.TB, fx *fixture, redisURL, addr string) *cwsProc {
 // startCWSWith is startCWS with extra flags, which override the defaults above.
 func startCWSWith(t testing.TB, fx *fixture, redisURL, addr string, extra ...string) *cwsProc {
 	t.Helper()
+	return startCWSEnv(t, fx, redisURL, addr, nil, extra...)
+}
+
+// startCWSEnv is startCWSWith with extra environment variables (KEY=VALUE).
+func startCWSEnv(t testing.TB, fx *fixture, redisURL, addr string, env []string, extra ...string) *cwsProc {
+	t.Helper()
 	logs := &syncBuffer{}
 	args := []string{"serve",
 		"--addr", addr, "--tenants", fx.path, "--redis-url", redisURL,
 		"--agent-binary", agentBinary, "--instance", instance, "--reap-every", "1h", "--drain-timeout", "5s"}
 	args = append(args, driverArgs()...)
 	cmd := exec.Command(cwsBinary, append(args, extra...)...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {

@@ -38,6 +38,7 @@ type Metrics struct {
 	authFailures  *prometheus.CounterVec
 	reaped        *prometheus.CounterVec
 	rel           reliability // reliability.go
+	life          lifecycle   // lifecycle.go
 	unenforced    prometheus.Counter
 
 	// The children of the per-request vectors, by label values (labels.go): a lookup
@@ -111,6 +112,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": runtime.Version()},
 	}).Set(1)
 	m.rel = newReliability(f)
+	m.life = newLifecycle(f)
 	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost, ReapOrphanVolume} {
 		m.reaped.WithLabelValues(reason)
 	}

@@ -65,6 +65,8 @@ type LifecycleObserver interface {
 	SnapshotWritten(kind string, bytes, stored int64)
 	// Forked measures a fork of count sessions.
 	Forked(count int, d time.Duration)
+	// SessionsByState reports how many sessions the store holds in each state.
+	SessionsByState(counts map[string]int)
 }
 
 func lifecycle(o Observer) LifecycleObserver {
@@ -74,11 +76,12 @@ func lifecycle(o Observer) LifecycleObserver {
 	return nopObserver{}
 }
 
-func (nopObserver) Suspended(string)                      {}
-func (nopObserver) Archived(string)                       {}
-func (nopObserver) Woke(string, time.Duration)            {}
-func (nopObserver) SnapshotWritten(string, int64, int64)  {}
-func (nopObserver) Forked(int, time.Duration)             {}
+func (nopObserver) Suspended(string)                     {}
+func (nopObserver) Archived(string)                      {}
+func (nopObserver) Woke(string, time.Duration)           {}
+func (nopObserver) SnapshotWritten(string, int64, int64) {}
+func (nopObserver) Forked(int, time.Duration)            {}
+func (nopObserver) SessionsByState(map[string]int)       {}
 
 // Suspend suspends caller's session id now (reason "explicit") and returns it. A
 // suspended or archived session is returned as it is.

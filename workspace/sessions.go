@@ -419,7 +419,7 @@ func (s *Service) waitCreated(ctx context.Context, caller Caller, id string) (*S
 	deadline := time.Now().Add(s.cfg.ReadyTimeout + 10*time.Second)
 	for {
 		sess, err := s.getSession(ctx, caller, id)
-		if err != nil || sess.State == StateReady {
+		if err != nil || sess.State == StateReady || sess.Asleep() { // an asleep one wakes on its call
 			return sess, err
 		}
 		if time.Now().After(deadline) {
@@ -459,5 +459,10 @@ func (s *Service) countActive(ctx context.Context) {
 	all, err := s.cfg.Store.AllSessions(ctx)
 	if err == nil {
 		s.obs.SessionsActive(len(all))
+		counts := map[string]int{}
+		for _, sess := range all {
+			counts[sess.State]++
+		}
+		lifecycle(s.obs).SessionsByState(counts)
 	}
 }

@@ -19,9 +19,11 @@ func sessionsCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "sessions",
 		Aliases: []string{"session", "s"},
-		Short:   "Create, list, inspect, renew and delete sessions",
+		Short:   "Create, list, inspect, renew, suspend, resume, fork and delete sessions",
 		Long: `A session is one sandboxed workspace: a container with a volume, owned by the token's
-tenant and subject. It is removed when idle past its TTL, or at its hard expiry.
+tenant and subject. It is ready (its sandbox runs), suspended (only its volume is kept)
+or archived (only the snapshot store keeps its files); any call wakes it. It is removed
+when idle past its TTL, or at its hard expiry.
 
 The token comes from --token / CWS_TOKEN; for an HS256 tenant the client can mint one
 itself from --tenants FILE --tenant ID --sub NAME.
@@ -32,12 +34,15 @@ Examples:
   cws sessions list
   cws sessions get "$ID" -o json
   cws sessions renew "$ID"
+  cws sessions suspend "$ID"; cws sessions resume "$ID"
+  cws sessions fork "$ID" --count 4
   cws sessions delete "$ID"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cf.register(cmd.PersistentFlags(), getenv)
-	cmd.AddCommand(sessionsCreateCmd(&cf), sessionsListCmd(&cf), sessionsGetCmd(&cf), sessionsDeleteCmd(&cf), sessionsRenewCmd(&cf))
+	cmd.AddCommand(sessionsCreateCmd(&cf), sessionsListCmd(&cf), sessionsGetCmd(&cf), sessionsDeleteCmd(&cf), sessionsRenewCmd(&cf),
+		sessionsSuspendCmd(&cf), sessionsResumeCmd(&cf), sessionsForkCmd(&cf))
 	return cmd
 }
 
@@ -59,7 +64,8 @@ returns the first one's session instead of making another.
 Examples:
   cws sessions create
   cws sessions create --image cws-workspace:0.1.0 --ttl 2h --env LANG=C.UTF-8 --label ci-job=42
-  cws sessions create --idempotency-key "build-$CI_JOB_ID" -o json`,
+  cws sessions create --idempotency-key "build-$CI_JOB_ID" -o json
+  cws sessions create --snapshot snap-abc…      # its files, image, env and labels`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cf.checkOutput("table", "json"); err != nil {
@@ -107,6 +113,7 @@ Examples:
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V for commands in the workspace (repeatable)")
 	f.StringArrayVar(&labels, "label", nil, "label K=V to find the session by later (repeatable)")
 	f.StringVar(&idemKey, "idempotency-key", "", "make retries safe: the same key returns the same session for 24 h")
+	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot of the tenant's (its files, and its image, env and labels unless given)")
 	return cmd
 }
 
@@ -174,7 +181,11 @@ func printSessions(w io.Writer, ss []api.SessionView, now time.Time) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tCREATED\tIDLE UNTIL\tSUB")
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Image, s.State, ago(s.CreatedAt, now), until(s.IdleUntil, now), s.Subject)
+		state := s.State
+		if !s.SuspendedAt.IsZero() {
+			state += " " + ago(s.SuspendedAt, now)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Image, state, ago(s.CreatedAt, now), until(s.IdleUntil, now), s.Subject)
 	}
 	return tw.Flush()
 }
@@ -223,6 +234,9 @@ func describeSession(w io.Writer, v api.SessionView, now time.Time) error {
 	fmt.Fprintf(tw, "Subject:\t%s\n", v.Subject)
 	fmt.Fprintf(tw, "Image:\t%s\n", v.Image)
 	fmt.Fprintf(tw, "State:\t%s\n", v.State)
+	if !v.SuspendedAt.IsZero() {
+		fmt.Fprintf(tw, "Asleep since:\t%s\n", when(v.SuspendedAt, ago(v.SuspendedAt, now)+" ago"))
+	}
 	fmt.Fprintf(tw, "Created:\t%s\n", when(v.CreatedAt, ago(v.CreatedAt, now)+" ago"))
 	fmt.Fprintf(tw, "Last used:\t%s\n", when(v.LastUsed, ago(v.LastUsed, now)+" ago"))
 	fmt.Fprintf(tw, "Idle until:\t%s\n", when(v.IdleUntil, until(v.IdleUntil, now)))

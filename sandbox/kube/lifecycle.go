@@ -147,6 +147,8 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	claim := ""
 	if p, err := d.pods.Get(id); err == nil {
 		claim = claimOf(p)
+	} else if c, err := d.suspendedClaim(ctx, id); err == nil {
+		claim = c.Name // suspended: no pod, its claim goes
 	}
 	grace := int64(1)
 	err := d.cs.CoreV1().Pods(d.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
@@ -174,10 +176,16 @@ func claimOf(p *corev1.Pod) string {
 // do not). A running one is left alone; a missing one is ErrNotFound.
 func (d *Driver) Start(ctx context.Context, id string) error {
 	p, err := d.get(id)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return d.resume(ctx, id) // suspended: its claim keeps the pod (suspend.go)
+	}
 	if err != nil {
 		return err
 	}
 	if p.DeletionTimestamp != nil {
+		if _, err := d.suspendedClaim(ctx, id); err == nil {
+			return d.resume(ctx, id) // a suspend's pod still going
+		}
 		return fmt.Errorf("start sandbox %s: %w: it is being removed", id, sandbox.ErrNotFound)
 	}
 	running, stopped := podState(p)
@@ -262,6 +270,15 @@ func (d *Driver) List(ctx context.Context, labels map[string]string) ([]sandbox.
 			continue
 		}
 		out = append(out, info)
+	}
+	if labels == nil || labels[sandbox.LabelSession] != "" {
+		// Suspended sandboxes are claims without a pod: the reconciler and adoption
+		// must see them (a probe with other labels costs no API request).
+		sus, err := d.suspendedInfos(ctx, labels)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sus...)
 	}
 	slices.SortFunc(out, func(a, b sandbox.Info) int { return strings.Compare(a.Session, b.Session) })
 	return out, nil

@@ -170,7 +170,7 @@ func (d *Driver) RemoveOrphanVolumes(ctx context.Context, olderThan time.Duratio
 	for _, c := range cl.Items {
 		a := c.Annotations
 		pooled := a[pool.LabelPool] != "" && a[sandbox.LabelSession] == ""
-		if used[c.Name] || c.DeletionTimestamp != nil || time.Since(c.CreationTimestamp.Time) < olderThan ||
+		if used[c.Name] || c.DeletionTimestamp != nil || time.Since(c.CreationTimestamp.Time) < olderThan || c.Labels[labelSuspended] == "true" ||
 			(!pooled && !serves(a[sandbox.LabelTenant])) {
 			continue
 		}

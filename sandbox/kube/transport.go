@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 )
 
@@ -44,6 +45,11 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 		return s, nil
 	}
 	p, err := d.get(id)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		if _, serr := d.suspendedClaim(ctx, id); serr == nil {
+			return nil, fmt.Errorf("attach sandbox %s: %w: it is suspended", id, sandbox.ErrStopped)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
