@@ -151,7 +151,7 @@ type Service struct {
 	policies  map[string]cachedPolicy  // by session id
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
-	counting, recount atomic.Bool // countActiveSoon: a recount runs; another is due
+	counting, recount atomic.Bool  // countActiveSoon: a recount runs; another is due
 	lastCollect       atomic.Value // time.Time of the snapshot store's last collection
 }
 
