@@ -234,6 +234,7 @@ func TestDashboard(t *testing.T) {
 	for _, want := range []string{
 		"Sessions active", "Tool calls by tool and outcome", "Tool latency p50", "Tool latency p99",
 		"Session create latency", "Policy denials by rule", "Auth failures by reason", "Sandboxes reaped",
+		"Sessions by state", "Suspends and archives", "Wake time p95", "Snapshot bytes", "Fork time p95",
 	} {
 		if !titles[want] {
 			t.Errorf("no panel %q", want)
@@ -251,6 +252,8 @@ func TestDashboard(t *testing.T) {
 		"cws_sessions_active", "cws_tool_calls_total", "cws_tool_call_duration_seconds",
 		"cws_session_create_duration_seconds", "cws_policy_denials_total",
 		"cws_auth_failures_total", "cws_sandbox_reaped_total",
+		"cws_sessions_by_state", "cws_sessions_suspends_total", "cws_sessions_archives_total",
+		"cws_sessions_wake_duration_seconds", "cws_snapshot_bytes_total", "cws_sessions_fork_duration_seconds",
 	} {
 		if !slices.Contains(queried, want) {
 			t.Errorf("dashboard does not show %s", want)

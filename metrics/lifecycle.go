@@ -65,6 +65,11 @@ func newLifecycle(f promauto.Factory) lifecycle {
 	for _, f := range []string{"suspended", "archived"} {
 		l.wake.WithLabelValues(f)
 	}
+	for _, k := range []string{"snapshot", "archive"} {
+		for _, w := range []string{"taken", "stored"} {
+			l.snapshotBytes.WithLabelValues(k, w)
+		}
+	}
 	return l
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -390,5 +391,47 @@ func TestReconcileAfterFlush(t *testing.T) {
 	res, err := svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
 	if err != nil || !containsAll(asJSON(res.Value), "archived") {
 		t.Errorf("readFile on the adopted archived session: %v, %v", res, err)
+	}
+}
+
+// flakyEngine is a sandbox engine that is down while down is set: Start fails.
+type flakyEngine struct {
+	*sandboxtest.Local
+	down atomic.Bool
+}
+
+func (f *flakyEngine) Start(ctx context.Context, id string) error {
+	if f.down.Load() {
+		return errors.New("Cannot connect to the Docker daemon")
+	}
+	return f.Local.Start(ctx, id)
+}
+
+// TestWakeEngineDown: a wake while the engine is down answers a retryable
+// ErrUnavailable, and the session stays suspended and whole; once the engine is back
+// the same call works.
+func TestWakeEngineDown(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	eng := &flakyEngine{Local: l.local}
+	l.cfg.Sandboxes = eng
+	svc := workspace.New(l.cfg)
+	t.Cleanup(svc.Close)
+	l.svc = svc
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "whole"})
+	if _, err := svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	eng.down.Store(true)
+	_, err := svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+	if !errors.Is(err, workspace.ErrUnavailable) || !workspace.Retryable(err) {
+		t.Errorf("a call while the engine is down: %v, want a retryable ErrUnavailable", err)
+	}
+	if st := l.session().State; st != workspace.StateSuspended {
+		t.Errorf("after a failed wake the session is %s, want suspended", st)
+	}
+	eng.down.Store(false)
+	if got := l.read("a.txt"); got != "whole" {
+		t.Errorf("readFile once the engine is back = %q", got)
 	}
 }

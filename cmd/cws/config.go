@@ -66,7 +66,8 @@ type Config struct {
 	ArchiveAfter time.Duration // suspended time before a session is archived; 0: never
 	// SnapshotStore is where snapshots and archives go: file:///dir or s3://bucket/prefix;
 	// "none" turns snapshots, forks' and archives' store off.
-	SnapshotStore string
+	SnapshotStore    string
+	snapshotStoreSet bool // given by flag or CWS_SNAPSHOT_STORE, not the default
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -144,6 +145,7 @@ func defaultSnapshotStore(getenv func(string) string) string {
 
 // validate checks the configuration and fills derived defaults; errors say what to do.
 func (c *Config) validate() error {
+	c.snapshotStoreSet = c.SnapshotStore != "" && c.SnapshotStore != defaultSnapshotStore(os.Getenv)
 	host, port, err := net.SplitHostPort(c.Addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: want host:port, e.g. 127.0.0.1:9960", c.Addr)

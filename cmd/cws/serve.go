@@ -128,13 +128,19 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	var snaps *snapshot.Store
 	if cfg.SnapshotStore != "none" {
 		b, err := snapshot.Open(ctx, cfg.SnapshotStore, os.Getenv)
-		if err != nil {
+		switch {
+		case err == nil:
+			snaps = snapshot.NewStore(b)
+			log.Info("snapshot store", "store", b.String())
+		case !cfg.snapshotStoreSet:
+			// The default directory, where this process may not write (a read-only
+			// root): go on without, and say how to have one.
+			log.Warn("no snapshot store: the default directory is not usable; snapshots and archiving are off (set --snapshot-store)", "err", err)
+		default:
 			return fmt.Errorf("%w (or --snapshot-store none to run without snapshots)", err)
 		}
-		snaps = snapshot.NewStore(b)
-		log.Info("snapshot store", "store", b.String())
 	} else {
-		log.Warn("no snapshot store (--snapshot-store none): snapshots, forks from snapshots and archiving are off")
+		log.Warn("no snapshot store (--snapshot-store none): snapshots and archiving are off")
 	}
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
 		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log),
