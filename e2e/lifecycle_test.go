@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/cwsdev/cws/internal/testenv"
 	"github.com/cwsdev/cws/sandbox"
 )
@@ -362,5 +364,113 @@ func TestSnapshotsForkE2E(t *testing.T) {
 	}
 	if res, err := c.callRaw("readFile", map[string]any{"path": "mine.txt"}, nil); err == nil && !res.IsError {
 		t.Error("the source sees a fork's write")
+	}
+}
+
+// TestLifecycleFaultsE2E: cws killed (SIGKILL) with a session suspended and another
+// archived, and the store flushed: the next cws finds each in exactly its state (the
+// suspended one from its stopped container or marked claim, the archived one from the
+// snapshot store) with its files whole, and a call wakes each.
+func TestLifecycleFaultsE2E(t *testing.T) {
+	requireRealDeps(t)
+	fx := newFixture(t)
+	redisURL := testenv.Redis(t)
+	store := "file://" + t.TempDir()
+	tok := fx.token(t, tenantOpen, "faults", "")
+	mk := func(p *cwsProc, content string) string {
+		t.Helper()
+		r := p.post(t, tok, "/v1/sessions", nil)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		id := decode[lifeView](t, r).ID
+		connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "").call(t, "writeFile", map[string]any{"path": "f.txt", "contents": content})
+		return id
+	}
+	state := func(p *cwsProc, id string) string {
+		r := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id, tok, nil, nil)
+		if r.status != http.StatusOK {
+			return fmt.Sprint(r.status)
+		}
+		return decode[lifeView](t, r).State
+	}
+	waitFor := func(p *cwsProc, id, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); state(p, id) != want; time.Sleep(250 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s is %s after 90 s, want %s", id, state(p, id), want)
+			}
+		}
+	}
+
+	// One cws archives B, and is killed.
+	p1 := startCWSWith(t, fx, redisURL, freeAddr(t), lifecycleArgs(store, "--archive-after", "1s", "--reap-every", "1s")...)
+	b := mk(p1, "archived work")
+	if r := p1.post(t, tok, "/v1/sessions/"+b+"/suspend", nil); r.status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.status, r.body)
+	}
+	waitFor(p1, b, "archived")
+	p1.kill()
+
+	// Another suspends A, and is killed; then the store loses everything.
+	p2 := startCWSWith(t, fx, redisURL, freeAddr(t), lifecycleArgs(store, "--archive-after", "0")...)
+	a := mk(p2, "suspended work")
+	if r := p2.post(t, tok, "/v1/sessions/"+a+"/suspend", nil); r.status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.status, r.body)
+	}
+	p2.kill()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	if err := rc.FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A third cws adopts both, each in its state, and a call wakes each whole.
+	p3 := startCWSWith(t, fx, redisURL, freeAddr(t), lifecycleArgs(store, "--archive-after", "0", "--reap-every", "1s")...)
+	t.Cleanup(func() { p3.deleteAll(t, fx, tenantOpen) })
+	waitFor(p3, a, "suspended")
+	waitFor(p3, b, "archived")
+	if boxRunning(t, a) {
+		t.Error("the adopted suspended session's sandbox runs before any call")
+	}
+	for id, want := range map[string]string{a: "suspended work", b: "archived work"} {
+		if status, got := p3.restRead(t, tok, id, "f.txt"); status != http.StatusOK || got != want {
+			t.Errorf("readFile on %s after the flush: %d %q, want %q", id, status, got, want)
+		}
+		if s := state(p3, id); s != "ready" {
+			t.Errorf("session %s after the call: %s, want ready", id, s)
+		}
+	}
+}
+
+// TestSuspendEphemeralKube: on Kubernetes without a storage class a workspace is an
+// emptyDir, which dies with its pod: a suspend archives it instead, and a call wakes
+// it whole.
+func TestSuspendEphemeralKube(t *testing.T) {
+	if !onKube() {
+		t.Skip("kubernetes driver only: Docker's volumes always outlive their container")
+	}
+	requireRealDeps(t)
+	fx := newFixture(t)
+	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--snapshot-store", "file://"+t.TempDir())
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
+	tok := fx.token(t, tenantOpen, "ephemeral", "")
+	r := p.post(t, tok, "/v1/sessions", nil)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decode[lifeView](t, r).ID
+	c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
+	c.call(t, "writeFile", map[string]any{"path": "f.txt", "contents": "kept in the store"})
+	r = p.post(t, tok, "/v1/sessions/"+id+"/suspend", nil)
+	if r.status != http.StatusOK || decode[lifeView](t, r).State != "archived" {
+		t.Fatalf("suspend of an emptyDir session: %d %s, want archived", r.status, r.body)
+	}
+	if got := c.call(t, "readFile", map[string]any{"path": "f.txt"}); got["content"] != "kept in the store" {
+		t.Errorf("readFile after the archive = %v", got)
 	}
 }

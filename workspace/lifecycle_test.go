@@ -435,3 +435,23 @@ func TestWakeEngineDown(t *testing.T) {
 		t.Errorf("readFile once the engine is back = %q", got)
 	}
 }
+
+// TestSnapshotBytesQuota: a snapshot past maxSnapshotBytes is refused naming the limit,
+// and records nothing.
+func TestSnapshotBytesQuota(t *testing.T) {
+	l := newLifeEnv(t, `{"maxSnapshotBytes": 1000}`)
+	ctx := context.Background()
+	l.put("small.txt", "0123456789")
+	if _, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "fits"); err != nil {
+		t.Fatalf("a 10-byte snapshot under a 1000-byte limit: %v", err)
+	}
+	l.put("big.bin", string(make([]byte, 2000)))
+	var v *policy.Violation
+	_, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "too big")
+	if !errors.As(err, &v) || v.Rule != "maxSnapshotBytes" || !errors.Is(err, workspace.ErrQuota) || !containsAll(err.Error(), "1000") {
+		t.Fatalf("a snapshot past maxSnapshotBytes: %v, want a quota error naming maxSnapshotBytes and 1000", err)
+	}
+	if list, err := l.svc.ListSnapshots(ctx, l.caller); err != nil || len(list) != 1 {
+		t.Errorf("after the refusal the tenant has %d snapshots (%v), want 1", len(list), err)
+	}
+}

@@ -39,7 +39,12 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 	if d.cfg.StorageClass != "" {
 		claim = claimName(spec.Session)
 		c := d.claim(claim, d.podLabels(spec), sandbox.Labels(spec, d.instance))
-		if _, err := d.cs.CoreV1().PersistentVolumeClaims(d.ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		_, err := d.cs.CoreV1().PersistentVolumeClaims(d.ns).Create(ctx, c, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && d.claimGoing(ctx, claim) {
+			// The session's claim of before (an archive removed it) is still going.
+			_, err = d.cs.CoreV1().PersistentVolumeClaims(d.ns).Create(ctx, c, metav1.CreateOptions{})
+		}
+		if err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return sandbox.Info{}, fmt.Errorf("create sandbox %s: claim %s: %w", spec.Session, claim, sandbox.ErrExists)
 			}
@@ -47,6 +52,15 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 		}
 	}
 	p, err := d.cs.CoreV1().Pods(d.ns).Create(ctx, d.pod(name, claim, spec, newSecret()), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// The session's pod of before (an archive, a suspend of an emptyDir) may still
+		// be going: wait for it, then make this one.
+		if old, gerr := d.pods.Get(name); gerr == nil && old.DeletionTimestamp != nil {
+			if werr := d.waitGone(ctx, name, old.UID); werr == nil {
+				p, err = d.cs.CoreV1().Pods(d.ns).Create(ctx, d.pod(name, claim, spec, newSecret()), metav1.CreateOptions{})
+			}
+		}
+	}
 	if err != nil {
 		d.deleteClaim(ctx, claim)
 		if apierrors.IsAlreadyExists(err) {
@@ -109,6 +123,26 @@ func (d *Driver) waitRunning(ctx context.Context, name string) error {
 		return fmt.Errorf("pod %s did not run within %s", name, createTimeout)
 	}
 	return err
+}
+
+// claimGoing waits (up to a minute) for a claim that is being deleted to be gone, and
+// reports whether it went; false for a claim that stays.
+func (d *Driver) claimGoing(ctx context.Context, claim string) bool {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := d.cs.CoreV1().PersistentVolumeClaims(d.ns).Get(ctx, claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true
+		}
+		if err != nil || c.DeletionTimestamp == nil || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // cleanup removes a half-made sandbox, even when ctx is already cancelled.
@@ -251,7 +285,8 @@ func infoOf(p *corev1.Pod) (sandbox.Info, bool) {
 	running, _ := podState(p)
 	info := sandbox.InfoFrom(p.Name, a, running)
 	info.Volume = cmpOr(claimOf(p), p.Name)
-	info.Deleted = p.DeletionTimestamp != nil || a[annDeleted] == "true"
+	// A pod a suspend deletes is going, its session is not: stopped, not Deleted.
+	info.Deleted = p.DeletionTimestamp != nil && a[annSuspending] != "true" || a[annDeleted] == "true"
 	return info, true
 }
 

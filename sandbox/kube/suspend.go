@@ -25,6 +25,9 @@ import (
 const (
 	labelSuspended  = "cws.suspended"
 	annSuspendedPod = "cws.suspended-pod"
+	// annSuspending marks a pod that a suspend deletes: it is going, but its session
+	// is not (List reports it stopped, never Deleted, so nothing removes its claim).
+	annSuspending = "cws.suspending"
 )
 
 // KeepsDisk reports whether a sandbox's files outlive its pod: only on a claim
@@ -72,6 +75,10 @@ func (d *Driver) Suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("suspend sandbox %s: mark claim %s: %w", id, claim, err)
 	}
 	d.pool.DropStream(id)
+	mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annSuspending: "true"}}})
+	if _, err := d.cs.CoreV1().Pods(d.ns).Patch(ctx, id, types.MergePatchType, mark, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("suspend sandbox %s: mark the pod: %w", id, err)
+	}
 	grace := int64(1)
 	uid := full.UID
 	if err := d.cs.CoreV1().Pods(d.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace,
