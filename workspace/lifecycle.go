@@ -461,6 +461,7 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
 	}
+	t0 := time.Now()
 	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(sess, tp, sess.Env, false)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
@@ -473,12 +474,15 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 	if err := s.waitReady(ctx, info.ID); err != nil {
 		return nil, drop(err)
 	}
+	t1 := time.Now()
 	if err := s.restore(ctx, sess.Tenant, sess.Archive, s.agentFor(info.ID)); err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
 			return nil, drop(fmt.Errorf("session %s: %w: its archive %s is gone from the snapshot store", sess.ID, ErrSessionLost, sess.Archive))
 		}
 		return nil, drop(fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
+	s.log.Info("archive restored", "session", sess.ID, "archive", sess.Archive, "sandbox", info.ID,
+		"sandbox_ready", t1.Sub(t0).Round(time.Millisecond), "restore", time.Since(t1).Round(time.Millisecond))
 	next := *sess
 	next.State, next.Sandbox, next.Archive, next.SuspendedAt, next.LastUsed = StateReady, info.ID, "", time.Time{}, s.cfg.Now().UTC()
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {

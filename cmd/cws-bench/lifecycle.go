@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"time"
@@ -64,7 +65,8 @@ func benchLifecycle(ctx context.Context, e *env) ([]bench.Row, error) {
 	devPolicies := policy.ByTenant{auth.DevTenantID: policy.Default()}
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: e.driver,
 		Tenants: devPolicies, DefaultImage: e.image, LocalReads: e.localReads, Snapshots: snapshot.NewStore(b),
-		SuspendAfter: time.Hour, ArchiveAfter: time.Nanosecond})
+		SuspendAfter: time.Hour, ArchiveAfter: time.Nanosecond,
+		Log: slog.New(slog.NewTextHandler(e.progress, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	defer svc.Close()
 	caller := workspace.Caller{Tenant: auth.DevTenantID, Subject: "bench-life", Scopes: auth.AllScopes()}
 	var made []string
@@ -154,7 +156,7 @@ func benchLifecycle(ctx context.Context, e *env) ([]bench.Row, error) {
 		}
 		archived = append(archived, time.Since(t0))
 	}
-	rows = append(rows, note(bench.Summarize("wake archived 10 MB / 1,000 files: first readFile", archived), "a new container, the archive restored, readFile"))
+	rows = append(rows, note(bench.Summarize("wake archived 10 MB / 1,000 files: first readFile", archived), "a new container (no pool: its refill competes for the 2 cores), the archive restored, readFile"))
 
 	// Snapshots and fork of 100 MB / 5,000 files.
 	big, err := create()
