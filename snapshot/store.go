@@ -63,6 +63,9 @@ type entry struct {
 	MTime int64  `json:"t2,omitempty"`
 }
 
+// ErrBadRecord is a snapshot record that can't be read (torn, or not cws's).
+var ErrBadRecord = errors.New("bad snapshot record")
+
 // ErrTooLarge is a workspace past the limit Write was given.
 var ErrTooLarge = errors.New("snapshot too large")
 
@@ -287,26 +290,34 @@ func (s *Store) putBlob(ctx context.Context, tenant string, c *content) (int64, 
 		packed := s.enc.EncodeAll(c.mem, nil)
 		return int64(len(packed)), s.b.Put(ctx, key, bytes.NewReader(packed), int64(len(packed)))
 	}
-	pr, pw := io.Pipe()
-	var n countWriter
-	go func() {
-		zw, err := zstd.NewWriter(io.MultiWriter(pw, &n), zstd.WithEncoderLevel(zstd.SpeedFastest))
-		if err == nil {
-			_, err = io.Copy(zw, c.reader())
-			if cerr := zw.Close(); err == nil {
-				err = cerr
-			}
-		}
-		pw.CloseWithError(err)
-	}()
-	err = s.b.Put(ctx, key, pr, -1)
-	pr.CloseWithError(err)
-	return n.n.Load(), err
+	// Compressed into a temporary file first: the store is told the size (an S3
+	// upload of unknown size would buffer hundreds of MiB per part).
+	f, err := os.CreateTemp("", "cws-blob-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	zw, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(zw, c.reader())
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	return size, s.b.Put(ctx, key, f, size)
 }
-
-type countWriter struct{ n atomic.Int64 }
-
-func (w *countWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
 
 // Get returns a tenant's snapshot record; another tenant's is ErrNotFound.
 func (s *Store) Get(ctx context.Context, tenant, id string) (*Snapshot, error) {
@@ -323,7 +334,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Snapshot, error) {
 	defer rc.Close()
 	var m Snapshot
 	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&m); err != nil {
-		return nil, fmt.Errorf("snapshot %s: bad record: %w", id, err)
+		return nil, fmt.Errorf("snapshot %s: %w: %v", id, ErrBadRecord, err)
 	}
 	return &m, nil
 }
@@ -343,8 +354,8 @@ func (s *Store) List(ctx context.Context, tenant string, kinds ...string) ([]*Sn
 	out := make([]*Snapshot, 0, len(ids))
 	for _, id := range ids {
 		m, err := s.Get(ctx, tenant, id)
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted meanwhile
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrBadRecord) {
+			continue // deleted meanwhile; or unreadable, which must not hide the others
 		}
 		if err != nil {
 			return nil, err
@@ -548,8 +559,19 @@ func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration)
 			}
 		}
 	}
+	// A Write that began after the first listing touches (or writes) every blob it
+	// uses before its record appears: list again, and spare whatever was touched.
+	touched := map[string]bool{}
+	if err := s.b.List(ctx, tenant+"/blobs/", func(o Object) error {
+		if !o.Modified.Before(cutoff) {
+			touched[o.Key] = true
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
 	for _, o := range old {
-		if used[path.Base(o.Key)] {
+		if used[path.Base(o.Key)] || touched[o.Key] {
 			continue
 		}
 		if err := s.b.Delete(ctx, o.Key); err != nil {

@@ -74,7 +74,7 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 		return nil, err
 	}
 	res, err := s.run(ctx, t, sess, caller, args, opts)
-	if err != nil && cached {
+	if err != nil && (cached || errors.Is(err, ErrSessionLost)) {
 		err = s.recheck(ctx, caller, id, err)
 	}
 	if err == nil {

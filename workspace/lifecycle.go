@@ -111,9 +111,51 @@ func (s *Service) Resume(ctx context.Context, caller Caller, id string) (*Sessio
 	return s.wake(ctx, sess)
 }
 
+// underClaim runs fn on the session as the store has it now, with the session's wake
+// claim held: no wake, suspend or archive of it runs anywhere meanwhile. ran is false,
+// and fn not run, when another replica holds the claim.
+func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(cur *Session) error) (ran bool, err error) {
+	token := "op-" + newID()
+	_, claimed, err := s.cfg.Store.Claim(ctx, wakeKey(tenant, id), token, s.wakeTimeout())
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if !claimed {
+		return false, nil
+	}
+	defer s.cfg.Store.Release(context.WithoutCancel(ctx), wakeKey(tenant, id), token)
+	cur, err := s.cfg.Store.GetSession(ctx, tenant, id)
+	if err != nil {
+		return true, err
+	}
+	return true, fn(cur)
+}
+
 // suspend moves a ready session to suspended (or, when its sandbox keeps no disk,
-// straight to archived).
+// straight to archived), under the session's claim and on its record as it is now. An
+// idle suspend of a session used since sess was read does nothing.
 func (s *Service) suspend(ctx context.Context, sess *Session, reason string) (*Session, error) {
+	out := sess
+	ran, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+		out = cur
+		if reason == "idle" && (cur.State != StateReady || cur.LastUsed.After(sess.LastUsed)) {
+			return nil // used, or moved, since the reaper looked
+		}
+		var err error
+		out, err = s.suspendLocked(ctx, cur, reason)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !ran && reason != "idle" {
+		return nil, fmt.Errorf("%w: session %s is waking or being suspended elsewhere: retry in a moment", ErrUnavailable, sess.ID)
+	}
+	return out, nil
+}
+
+// suspendLocked is suspend's work, with the claim held.
+func (s *Service) suspendLocked(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	switch sess.State {
 	case StateSuspended, StateArchived:
 		return sess, nil
@@ -126,7 +168,7 @@ func (s *Service) suspend(ctx context.Context, sess *Session, reason string) (*S
 		return nil, fmt.Errorf("%w: this server's sandbox driver can't suspend", ErrNotConfigured)
 	}
 	if dk, ok := s.cfg.Sandboxes.(DiskKeeper); ok && !dk.KeepsDisk() {
-		return s.archive(ctx, sess, reason)
+		return s.archiveLocked(ctx, sess, reason)
 	}
 	ctx = context.WithoutCancel(ctx) // half a suspend helps nobody
 	s.keepProcesses(ctx, sess)
@@ -322,14 +364,28 @@ func (s *Service) suspendAfter(id string, tenant time.Duration) time.Duration {
 	return d
 }
 
-// ensureRestored pipes the snapshot id of tenant into a sandbox's agent (all or
-// nothing), the whole tree, denied paths included.
+// restore pipes the snapshot id of tenant into a sandbox's agent, the whole tree,
+// denied paths included. Only ever into a fresh sandbox, which the caller drops on an
+// error: a read of the snapshot that fails half-way (the store down, a blob missing)
+// fails the restore even though the agent may have taken the part it got as a
+// complete archive.
 func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Client) error {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(s.cfg.Snapshots.Read(ctx, tenant, id, pw)) }()
+	readErr := make(chan error, 1)
+	go func() {
+		err := s.cfg.Snapshots.Read(ctx, tenant, id, pw)
+		pw.CloseWithError(err)
+		readErr <- err
+	}()
 	g := wholeTree
 	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, pr)
-	pr.CloseWithError(err)
+	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
+	if rerr := <-readErr; rerr != nil {
+		if errors.Is(rerr, snapshot.ErrNotFound) {
+			return fmt.Errorf("restore snapshot %s: %w", id, rerr)
+		}
+		return fmt.Errorf("%w: restore snapshot %s: read the snapshot store: %v", ErrUnavailable, id, rerr)
+	}
 	if err != nil {
 		return fmt.Errorf("restore snapshot %s: %w", id, mapAgentError(err))
 	}
@@ -344,8 +400,16 @@ func (s *Service) capture(ctx context.Context, sess *Session, meta snapshot.Snap
 	if s.cfg.Snapshots == nil {
 		return nil, errNoSnapshotStore
 	}
-	unlock := s.quiesce(sess.ID)
-	defer unlock()
+	defer s.quiesce(sess.ID)()
+	return s.captureQuiet(ctx, sess, meta, limit)
+}
+
+// captureQuiet is capture for a caller that holds off the session's writes itself, or
+// whose session takes none (suspended).
+func (s *Service) captureQuiet(ctx context.Context, sess *Session, meta snapshot.Snapshot, limit int64) (*snapshot.Snapshot, error) {
+	if s.cfg.Snapshots == nil {
+		return nil, errNoSnapshotStore
+	}
 	a := s.agentFor(sess.Sandbox)
 	pr, pw := io.Pipe()
 	go func() {
@@ -361,7 +425,10 @@ func (s *Service) capture(ctx context.Context, sess *Session, meta snapshot.Snap
 	snap, err := s.cfg.Snapshots.Write(ctx, meta, pr, limit)
 	pr.CloseWithError(err)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, snapshot.ErrTooLarge) || errors.Is(err, ErrSessionLost) || errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: snapshot store: %v", ErrUnavailable, err)
 	}
 	lifecycle(s.obs).SnapshotWritten(meta.Kind, snap.Bytes, snap.Stored)
 	return snap, nil
@@ -393,14 +460,35 @@ func (s *Service) writing(id string) func() {
 
 var errNoSnapshotStore = fmt.Errorf("%w: this server has no snapshot store (cws serve --snapshot-store)", ErrNotConfigured)
 
-// archive moves a session's files into the snapshot store and removes its sandbox and
-// volume. A suspended session's sandbox is started (not woken: it takes no calls) to
-// read its files.
+// archive moves a suspended session's files into the snapshot store and removes its
+// sandbox and volume, under the session's claim, unless the session moved since sess
+// was read.
 func (s *Service) archive(ctx context.Context, sess *Session, reason string) (*Session, error) {
+	out := sess
+	_, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+		out = cur
+		if cur.State != sess.State || !cur.SuspendedAt.Equal(sess.SuspendedAt) || cur.Sandbox != sess.Sandbox {
+			return nil // woken, or archived, since the reaper looked
+		}
+		var err error
+		out, err = s.archiveLocked(ctx, cur, reason)
+		return err
+	})
+	return out, err
+}
+
+// archiveLocked is archive's work, with the claim held. A suspended session's sandbox
+// is started (not woken: it takes no calls) to read its files; a ready one's writes
+// wait from the capture until its sandbox is gone (they then fail retryably, and a
+// retry wakes it from the archive).
+func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	if s.cfg.Snapshots == nil {
 		return nil, errNoSnapshotStore
 	}
 	ctx = context.WithoutCancel(ctx)
+	if sess.State == StateReady {
+		defer s.quiesce(sess.ID)()
+	}
 	if sess.State == StateSuspended {
 		if err := s.cfg.Sandboxes.Start(ctx, sess.Sandbox); err != nil {
 			return nil, fmt.Errorf("%w: archive %s: start its sandbox: %v", ErrUnavailable, sess.ID, err)
@@ -411,7 +499,7 @@ func (s *Service) archive(ctx context.Context, sess *Session, reason string) (*S
 	} else {
 		s.keepProcesses(ctx, sess)
 	}
-	snap, err := s.capture(ctx, sess, snapshot.Snapshot{ID: snapshot.NewID(), Kind: snapshot.KindArchive, Name: "archive of " + sess.ID}, 0)
+	snap, err := s.captureQuiet(ctx, sess, snapshot.Snapshot{ID: snapshot.NewID(), Kind: snapshot.KindArchive, Name: "archive of " + sess.ID}, 0)
 	if err != nil {
 		if sess.State == StateSuspended {
 			s.stopQuietly(ctx, sess)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,10 +27,11 @@ func newClock() *clock { return &clock{t: time.Now()} }
 // sandboxtest.Local.
 type lifeEnv struct {
 	*env
-	store *memstore.Store
-	snaps *snapshot.Store
-	clock *clock
-	cfg   workspace.Config
+	store   *memstore.Store
+	snaps   *snapshot.Store
+	clock   *clock
+	cfg     workspace.Config
+	snapDir string // the snapshot store's directory
 }
 
 func newLifeEnv(t *testing.T, tenantPolicyJSON string) *lifeEnv {
@@ -41,12 +44,13 @@ func newLifeEnv(t *testing.T, tenantPolicyJSON string) *lifeEnv {
 		t.Fatal(err)
 	}
 	other, _ := policy.Parse([]byte("{}"))
-	b, err := snapshot.NewFileBackend(t.TempDir())
+	snapDir := t.TempDir()
+	b, err := snapshot.NewFileBackend(snapDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := newClock()
-	l := &lifeEnv{store: memstore.New(), snaps: snapshot.NewStore(b), clock: clk}
+	l := &lifeEnv{store: memstore.New(), snaps: snapshot.NewStore(b), clock: clk, snapDir: snapDir}
 	l.cfg = workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: l.store, Sandboxes: sandboxtest.New(t),
 		Tenants: tenants{testTenant: tp, otherTenant: other}, DefaultImage: "test-image", PolicyTTL: time.Nanosecond,
 		Snapshots: l.snaps, SuspendAfter: 10 * time.Minute, ArchiveAfter: 24 * time.Hour, Now: clk.Now, RenewFlush: time.Hour,
@@ -453,5 +457,46 @@ func TestSnapshotBytesQuota(t *testing.T) {
 	}
 	if list, err := l.svc.ListSnapshots(ctx, l.caller); err != nil || len(list) != 1 {
 		t.Errorf("after the refusal the tenant has %d snapshots (%v), want 1", len(list), err)
+	}
+}
+
+// TestWakeFromBrokenArchive: an archive that can't be read whole (a content gone from
+// the store) never wakes into a partial workspace: the call says the session is lost,
+// the session stays archived and its archive stays where it is.
+func TestWakeFromBrokenArchive(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "first"})
+	l.ok("writeFile", map[string]any{"path": "b.txt", "contents": "second"})
+	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	l.clock.Add(25 * time.Hour)
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	archived := l.session()
+	if archived.State != workspace.StateArchived {
+		t.Fatalf("the session is %s, want archived", archived.State)
+	}
+	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "blobs", "*", "*"))
+	if len(blobs) == 0 {
+		t.Fatal("no blobs in the store")
+	}
+	if err := os.Remove(blobs[len(blobs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+	if !errors.Is(err, workspace.ErrSessionLost) {
+		t.Errorf("a call on a session whose archive lost a file: %v, want ErrSessionLost", err)
+	}
+	if s := l.session(); s.State != workspace.StateArchived || s.Archive != archived.Archive {
+		t.Errorf("after the failed wake the session is %s (archive %q), want archived (%q)", s.State, s.Archive, archived.Archive)
+	}
+	if _, err := l.snaps.Get(ctx, testTenant, archived.Archive); err != nil {
+		t.Errorf("the archive is gone after the failed wake: %v", err)
+	}
+	if boxes, _ := l.local.List(ctx, nil); len(boxes) != 0 {
+		t.Errorf("the failed wake left sandboxes: %+v", boxes)
 	}
 }

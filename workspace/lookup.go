@@ -114,6 +114,10 @@ func (s *Service) recheck(ctx context.Context, caller Caller, id string, err err
 	if errors.Is(gerr, ErrNotFound) || gerr == nil && sess.Expired(s.cfg.Now()) {
 		return fmt.Errorf("session %s: %w", id, ErrNotFound)
 	}
+	if gerr == nil && sess.Asleep() {
+		// Suspended or archived while the call ran: a retry wakes it.
+		return fmt.Errorf("%w: session %s was put to sleep while the call ran: retry it", ErrUnavailable, id)
+	}
 	return err
 }
 
@@ -123,9 +127,16 @@ func (s *Service) noteLost(ctx context.Context, sess *Session, err error) {
 	if !errors.Is(err, ErrSessionLost) || sess.State == StateLost {
 		return
 	}
+	// The record the call had may be stale: a suspend or an archive since took the
+	// sandbox away on purpose. Only a session the store still has ready, on this same
+	// sandbox, lost it.
+	cur, err2 := s.cfg.Store.GetSession(context.WithoutCancel(ctx), sess.Tenant, sess.ID)
+	if err2 != nil || cur.State != StateReady || cur.Sandbox != sess.Sandbox {
+		return
+	}
 	s.log.Warn("session lost its sandbox", "session", sess.ID, "tenant", sess.Tenant, "sandbox", sess.Sandbox)
 	s.forgetAgent(sess.Sandbox)
-	lost := *sess
+	lost := *cur
 	lost.State = StateLost
 	if err := s.cfg.Store.UpdateSession(context.WithoutCancel(ctx), &lost); err != nil {
 		s.log.Warn("mark session lost", "session", sess.ID, "err", err)

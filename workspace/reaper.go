@@ -83,16 +83,26 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		case ok && sess.Sandbox != "" && sess.Sandbox != b.ID:
 			s.log.Warn("two sandboxes claim one session; leaving the stray one alone", "session", b.Session, "sandbox", b.ID)
 		case ok && sess.State == StateArchived:
-			// A sandbox left by an archive or a wake that crashed half-way; a wake under
-			// way holds the session's wake claim, and its sandbox is left alone.
-			if s.noWakeUnderWay(ctx, sess) {
-				s.removeOrphan(ctx, b, "its session is archived")
-			}
+			// A sandbox left by an archive or a wake that crashed half-way. A wake under
+			// way holds the session's claim; one that ended since the listing made the
+			// session ready on this very sandbox: both are left alone.
+			_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+				if cur.State == StateArchived && cur.Sandbox != b.ID {
+					s.removeOrphan(ctx, b, "its session is archived")
+				}
+				return nil
+			})
 		case ok && sess.State == StateSuspended:
-			if b.Running && now.Sub(sess.SuspendedAt) > lostAfter && s.noWakeUnderWay(ctx, sess) {
-				// A suspend that crashed after its record: finish it.
-				s.stopQuietly(ctx, sess)
-				s.log.Info("stopped the sandbox of a suspended session", "session", sess.ID, "sandbox", b.ID)
+			if b.Running && now.Sub(sess.SuspendedAt) > lostAfter {
+				// A suspend that crashed after its record: finish it, unless the session
+				// woke since the listing.
+				_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+					if cur.State == StateSuspended && cur.Sandbox == b.ID {
+						s.stopQuietly(ctx, cur)
+						s.log.Info("stopped the sandbox of a suspended session", "session", sess.ID, "sandbox", b.ID)
+					}
+					return nil
+				})
 			}
 		case ok && sess.State == StateLost:
 			// It was missing from an earlier listing only: the session is whole again.
@@ -114,7 +124,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		if seen[sess.ID] || now.Sub(sess.CreatedAt) < lostAfter || sess.State == StateLost || sess.State == StateArchived {
 			continue
 		}
-		if sess.State != StateReady {
+		if sess.State == StateCreating || sess.State == StateFailed {
 			// A creation that never finished (its replica crashed): nothing to lose.
 			_ = s.cfg.Store.DeleteSession(ctx, sess.Tenant, sess.ID)
 			_ = s.cfg.Store.Release(ctx, defaultKey(sess.Tenant, sess.Subject), sess.ID)

@@ -346,6 +346,8 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 	if err := s.cfg.Store.DeleteSession(ctx, sess.Tenant, sess.ID); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
+	// A stray archive of it (an archive or a wake cut short) must never bring it back.
+	_, _, _ = s.cfg.Store.Claim(ctx, tombstoneKey(sess.Tenant, sess.ID), "deleted", tombstoneTTL)
 	_ = s.cfg.Store.Release(ctx, defaultKey(sess.Tenant, sess.Subject), sess.ID)
 	s.mu.Lock()
 	delete(s.policies, sess.ID)
@@ -356,6 +358,12 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 }
 
 func defaultKey(tenant, sub string) string { return "default:" + tenant + ":" + sub }
+
+// tombstoneKey marks a deleted session for tombstoneTTL, so that a stray archive of it
+// is removed rather than adopted (reconcileArchives).
+func tombstoneKey(tenant, id string) string { return "deleted:" + tenant + ":" + id }
+
+const tombstoneTTL = 30 * 24 * time.Hour
 
 // defaultSession returns the one session per (tenant, sub) that /mcp uses when the token
 // names none, creating it on first use (CallDefault checks the caller's scope). Replicas

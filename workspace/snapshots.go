@@ -243,17 +243,6 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 	return res, nil
 }
 
-// noWakeUnderWay reports whether no replica is waking sess now (its wake claim is free).
-func (s *Service) noWakeUnderWay(ctx context.Context, sess *Session) bool {
-	token := "reconcile-" + newID()
-	_, claimed, err := s.cfg.Store.Claim(ctx, wakeKey(sess.Tenant, sess.ID), token, time.Minute)
-	if err != nil || !claimed {
-		return false
-	}
-	_ = s.cfg.Store.Release(ctx, wakeKey(sess.Tenant, sess.ID), token)
-	return true
-}
-
 // collectEvery is how often the reaper collects the snapshot store's unused contents.
 const collectEvery = time.Hour
 
@@ -328,6 +317,10 @@ func (s *Service) reconcileArchives(ctx context.Context, known map[string]*Sessi
 		}
 		for _, a := range archives {
 			sess, ok := known[a.Session]
+			ts := tombstoneNone
+			if !ok {
+				ts = s.tombstone(ctx, tenant, a.Session)
+			}
 			switch {
 			case ok && sess.Tenant == tenant && sess.State == StateArchived && sess.Archive == a.ID:
 				// In use.
@@ -339,6 +332,11 @@ func (s *Service) reconcileArchives(ctx context.Context, known map[string]*Sessi
 					_ = s.cfg.Snapshots.Delete(ctx, tenant, a.ID)
 					s.log.Info("removed a stale archive", "archive", a.ID, "session", a.Session, "tenant", tenant)
 				}
+			case ts == tombstoneSet:
+				_ = s.cfg.Snapshots.Delete(ctx, tenant, a.ID)
+				s.log.Info("removed the stray archive of a deleted session", "archive", a.ID, "session", a.Session, "tenant", tenant)
+			case ts == tombstoneUnsure:
+				// The store did not answer: neither adopt nor remove, this time.
 			default:
 				// The store lost the session: its archive is the ground truth.
 				sess := &Session{ID: a.Session, Tenant: tenant, Subject: a.Subject, Image: a.Image, Labels: a.Labels, Env: a.Env,
@@ -356,4 +354,25 @@ func (s *Service) reconcileArchives(ctx context.Context, known map[string]*Sessi
 			}
 		}
 	}
+}
+
+// What tombstone finds.
+const (
+	tombstoneNone = iota // the session was not deleted lately
+	tombstoneSet         // it was (remove set its tombstone)
+	tombstoneUnsure      // the store did not answer
+)
+
+// tombstone says whether session id was deleted lately (remove sets a tombstone).
+func (s *Service) tombstone(ctx context.Context, tenant, id string) int {
+	token := "probe-" + newID()
+	_, claimed, err := s.cfg.Store.Claim(ctx, tombstoneKey(tenant, id), token, time.Second)
+	switch {
+	case err != nil:
+		return tombstoneUnsure
+	case claimed:
+		_ = s.cfg.Store.Release(ctx, tombstoneKey(tenant, id), token)
+		return tombstoneNone
+	}
+	return tombstoneSet
 }
