@@ -67,6 +67,10 @@ func runServe(args []string) error {
 		log.Warn("Landlock is unavailable: commands of a policy with allowedCommands run unenforced (or are refused under requireLandlock)")
 	}
 	if in.sameUID {
+		resetStateModes(log)
+		if !srv.Fenced() {
+			log.Warn("same-uid mode without the write fence: the agent's state in " + agentStateDir + " is writable by tool processes")
+		}
 		if scoped, err := srv.Scoped(); scoped {
 			log.Info("same-uid mode: every tool process starts in a Landlock domain of its own, scoped for signals and abstract sockets", "uid", os.Geteuid())
 		} else {
@@ -152,4 +156,28 @@ func listenRunDir(log *slog.Logger, secret string) net.Listener {
 	}
 	log.Info("agent listening", "socket", path)
 	return l
+}
+
+// resetStateModes gives every directory and file of the agent's state its mode back
+// (0700, 0600). In same-uid mode the tools' fence keeps them from writing there, but
+// Landlock has no right for chmod: a tool may have changed a mode to lock the agent out
+// of its own records.
+func resetStateModes(log *slog.Logger) {
+	_ = filepath.WalkDir(agentStateDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Unreadable (a mode taken away): give it back, then walk on.
+			_ = os.Chmod(p, 0o700)
+			return nil
+		}
+		mode := os.FileMode(0o600)
+		if d.IsDir() {
+			mode = 0o700
+		}
+		if d.Type()&fs.ModeSymlink == 0 {
+			if err := os.Chmod(p, mode); err != nil {
+				log.Warn("agent state: reset mode", "path", p, "err", err)
+			}
+		}
+		return nil
+	})
 }

@@ -92,6 +92,7 @@ type Server struct {
 	// scoped: every tool process starts in a scoped Landlock domain (Config.SameUID).
 	scoped   bool
 	scopeErr error   // why SameUID could not scope them
+	fenced   bool    // the scoped domains also fence the agent's directories off (Config.Fenced)
 	lsp      lspHost // the language servers (lsp.go)
 	idle     *idleRelease
 
@@ -353,15 +354,23 @@ func (s *Server) scopeTools() (uint64, *launch.Fence) {
 	if len(s.cfg.Fenced) > 0 {
 		var err error
 		if fence, err = launch.NewFence(s.cfg.Fenced...); err != nil {
-			s.scopeErr = err
-			return 0, nil
+			// The scopes still keep the tools from signalling or tracing the agent:
+			// go on with them alone, and say loudly what is not protected.
+			s.log.Error("same-uid mode WITHOUT the write fence: tool processes can change the agent's directories", "fenced", s.cfg.Fenced, "err", err)
+			fence = nil
 		}
 	}
 	rs, err := launch.NewScopeRuleset(scoped, fence)
+	if err != nil && fence != nil {
+		s.log.Error("same-uid mode WITHOUT the write fence: tool processes can change the agent's directories", "fenced", s.cfg.Fenced, "err", err)
+		fence = nil
+		rs, err = launch.NewScopeRuleset(scoped, nil)
+	}
 	if err != nil {
 		s.scopeErr = err
 		return 0, nil
 	}
+	s.fenced = fence != nil
 	// The native launcher when it is installed beside the agent and works.
 	launcher, err := launch.Native(s.cfg.Launcher, rs)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -371,6 +380,10 @@ func (s *Server) scopeTools() (uint64, *launch.Fence) {
 	s.exec.Scope, s.exec.Launcher, s.scoped = rs, launcher, true
 	return scoped, fence
 }
+
+// Fenced reports whether every tool process's domain keeps it from writing beneath the
+// agent's directories (Config.Fenced).
+func (s *Server) Fenced() bool { return s.fenced }
 
 // Landlock returns the Landlock ABI version commands are restricted with, 0 when they
 // run unenforced (no Landlock, or no Launcher configured).

@@ -131,7 +131,11 @@ func (f *Fence) apply(r *Ruleset, abi int) error {
 	rights := writeRights(abi)
 	for _, p := range f.writable {
 		access := rights
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			continue // gone, or replaced by a link since the fence was made: never granted through
+		}
+		if !fi.IsDir() {
 			access &= fileRights // a rule on a file may grant only what applies to files
 		}
 		if err := r.allow(p, access); err != nil {
