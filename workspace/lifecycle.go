@@ -532,6 +532,31 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	return &next, nil
 }
 
+// SessionDiskRemover is what a Sandboxes may also do: remove a session's workspace
+// volume (claim) that no sandbox uses.
+type SessionDiskRemover interface {
+	RemoveSessionDisk(ctx context.Context, session string) error
+}
+
+// clearStray removes every sandbox of an archived session, and its workspace disk.
+func (s *Service) clearStray(ctx context.Context, sess *Session) {
+	boxes, err := s.cfg.Sandboxes.List(ctx, map[string]string{sandbox.LabelSession: sess.ID, sandbox.LabelTenant: sess.Tenant})
+	if err == nil {
+		for _, b := range boxes {
+			s.endAgent(b.ID)
+			if err := s.cfg.Sandboxes.Remove(ctx, b.ID); err != nil {
+				s.log.Warn("wake: remove a stray sandbox", "session", sess.ID, "sandbox", b.ID, "err", err)
+			}
+		}
+	}
+	if dr, ok := s.cfg.Sandboxes.(SessionDiskRemover); ok {
+		if err := dr.RemoveSessionDisk(ctx, sess.ID); err != nil {
+			s.log.Warn("wake: remove a stray workspace volume", "session", sess.ID, "err", err)
+		}
+	}
+	s.log.Warn("removed what an archive cut short left of the session", "session", sess.ID, "sandboxes", len(boxes))
+}
+
 func (s *Service) stopQuietly(ctx context.Context, sess *Session) {
 	s.endAgent(sess.Sandbox)
 	if sp, ok := s.cfg.Sandboxes.(Suspender); ok {
@@ -550,7 +575,14 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
 	}
 	t0 := time.Now()
-	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(sess, tp, sess.Env, false)))
+	spec := s.withTestSpec(s.spec(sess, tp, sess.Env, false))
+	info, err := s.cfg.Sandboxes.Create(ctx, spec)
+	if errors.Is(err, sandbox.ErrExists) {
+		// What an archive cut short left (its record written, the removal not): the
+		// session is archived and its claim is held here, so all of it is stray.
+		s.clearStray(ctx, sess)
+		info, err = s.cfg.Sandboxes.Create(ctx, spec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
 	}

@@ -2,8 +2,10 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 )
 
@@ -47,4 +49,13 @@ func (d *Driver) Stop(ctx context.Context, id string) error {
 func (d *Driver) Suspend(ctx context.Context, id string) error {
 	d.pool.DropStream(id)
 	return d.Stop(ctx, id)
+}
+
+// RemoveSessionDisk removes a session's workspace volume that no container uses (what
+// an archive cut short left; workspace.SessionDiskRemover). A volume in use stays.
+func (d *Driver) RemoveSessionDisk(ctx context.Context, session string) error {
+	if err := d.cli.VolumeRemove(ctx, volumeName(session), false); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove volume %s: %w", volumeName(session), err)
+	}
+	return nil
 }

@@ -178,3 +178,22 @@ func (d *Driver) suspendedInfos(ctx context.Context, labels map[string]string) (
 	}
 	return out, nil
 }
+
+// RemoveSessionDisk removes a session's workspace claim that no pod uses (what an
+// archive cut short left; workspace.SessionDiskRemover), and waits for it to go.
+func (d *Driver) RemoveSessionDisk(ctx context.Context, session string) error {
+	if d.cfg.StorageClass == "" {
+		return nil
+	}
+	claim := claimName(session)
+	if _, err := d.pods.Get(podName(session)); err == nil {
+		return fmt.Errorf("claim %s: its pod is there", claim)
+	}
+	if err := d.cs.CoreV1().PersistentVolumeClaims(d.ns).Delete(ctx, claim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove claim %s: %w", claim, err)
+	}
+	if !d.claimGoing(ctx, claim) {
+		return fmt.Errorf("claim %s did not go", claim)
+	}
+	return nil
+}
