@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -291,7 +292,24 @@ func (s *Service) wakeSuspended(ctx context.Context, sess *Session) (*Session, e
 	if err := s.waitReady(ctx, sess.Sandbox); err != nil {
 		return nil, err // recorded ready: the next call heals or restarts it as usual
 	}
+	s.warmLanguageServers(ctx, sess.Sandbox) // under the claim: no suspend can race it
 	return &next, nil
+}
+
+// emptyTar is a tar archive with no entries: its two zero blocks.
+var emptyTar = make([]byte, 1024)
+
+// warmLanguageServers has a woken sandbox's agent start the project's language server
+// in the background, as it does after an upload (an upload of nothing: the agent then
+// looks at the workspace root); it returns at once, the server starts on its own. Best
+// effort: the first code-intelligence call starts it anyway.
+func (s *Service) warmLanguageServers(ctx context.Context, sandboxID string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g := wholeTree
+	if _, err := s.agentFor(sandboxID).TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, bytes.NewReader(emptyTar)); err != nil {
+		s.log.Debug("wake: warm the language servers", "sandbox", sandboxID, "err", err)
+	}
 }
 
 // keepProcesses records the session's background processes before its sandbox stops
