@@ -84,9 +84,6 @@ func NewStore(b Backend) *Store {
 	return &Store{b: b, workers: 8, enc: enc, dec: dec}
 }
 
-// Backend is the store's backend.
-func (s *Store) Backend() Backend { return s.b }
-
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // NewID returns a snapshot id: "snap-" and 20 random base32 characters.
@@ -232,7 +229,6 @@ type content struct {
 	sum  string
 	mem  []byte
 	file *os.File
-	size int64
 }
 
 func (c *content) close() {
@@ -253,7 +249,7 @@ func (c *content) reader() io.Reader {
 // spool reads size bytes of r and hashes them.
 func (s *Store) spool(r io.Reader, size int64) (*content, error) {
 	h := sha256.New()
-	c := &content{size: size}
+	c := &content{}
 	if size <= inMemory {
 		c.mem = make([]byte, size)
 		if _, err := io.ReadFull(r, c.mem); err != nil {

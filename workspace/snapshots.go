@@ -358,9 +358,9 @@ func (s *Service) reconcileArchives(ctx context.Context, known map[string]*Sessi
 
 // What tombstone finds.
 const (
-	tombstoneNone = iota // the session was not deleted lately
-	tombstoneSet         // it was (remove set its tombstone)
-	tombstoneUnsure      // the store did not answer
+	tombstoneNone   = iota // the session was not deleted lately
+	tombstoneSet           // it was (remove set its tombstone)
+	tombstoneUnsure        // the store did not answer
 )
 
 // tombstone says whether session id was deleted lately (remove sets a tombstone).
