@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/singleflight"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -148,8 +149,9 @@ type Driver struct {
 	directBad time.Time // when the direct path last failed to dial (auto falls back)
 	tMu       sync.Mutex
 
-	pool  *pool.Pool
-	conns connSet // the agent streams, by pod (conns.go)
+	pool    *pool.Pool
+	conns   connSet            // the agent streams, by pod (conns.go)
+	resumes singleflight.Group // one resume per pod at a time (suspend.go)
 }
 
 var klogOnce sync.Once

@@ -120,12 +120,28 @@ func (d *Driver) suspendedClaim(ctx context.Context, id string) (*corev1.Persist
 
 // resume makes a suspended sandbox's pod again from its claim, waits until it runs,
 // and clears the claim's mark.
+// Concurrent resumes of one pod (a wake, and a call that found it stopped) share one.
 func (d *Driver) resume(ctx context.Context, id string) error {
+	_, err, _ := d.resumes.Do(id, func() (any, error) { return nil, d.resumeOnce(ctx, id) })
+	return err
+}
+
+func (d *Driver) resumeOnce(ctx context.Context, id string) error {
 	c, err := d.suspendedClaim(ctx, id)
 	if err != nil {
+		if p, perr := d.get(id); perr == nil && p.DeletionTimestamp == nil && p.Annotations[annSuspending] != "true" {
+			return d.waitRunning(ctx, id) // resumed already: its claim is unmarked
+		}
 		return err
 	}
 	if old, err := d.pods.Get(id); err == nil {
+		if old.DeletionTimestamp == nil && old.Annotations[annSuspending] != "true" {
+			// Made by a resume whose unmark of the claim has not landed yet: not going.
+			if err := d.waitRunning(ctx, id); err != nil {
+				return fmt.Errorf("resume sandbox %s: %w", id, err)
+			}
+			return nil
+		}
 		if err := d.waitGone(ctx, id, old.UID); err != nil { // a suspend's pod still going
 			return fmt.Errorf("resume sandbox %s: %w", id, err)
 		}
