@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/cwsdev/cws/api/mcp"
@@ -31,6 +32,9 @@ type Config struct {
 	PublicURL string
 	// Issuers are advertised as authorization_servers in the RFC 9728 metadata.
 	Issuers []string
+	// PreviewDomain, when set, makes preview links host-based:
+	// {port}-{session}.{PreviewDomain} (a wildcard DNS name pointing at cws).
+	PreviewDomain string
 }
 
 // Server is the HTTP handler with its drain switch.
@@ -39,6 +43,7 @@ type Server struct {
 	log      *slog.Logger
 	engine   *gin.Engine
 	draining atomic.Bool
+	previews *previews // ports.go
 }
 
 // New builds the router.
@@ -51,6 +56,8 @@ func New(cfg Config) *Server {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "api")}
+	s.cfg.PreviewDomain = strings.Trim(strings.ToLower(cfg.PreviewDomain), ".")
+	s.previews = newPreviews(cfg.Service)
 	e := gin.New()
 	e.ContextWithFallback = true
 	e.HandleMethodNotAllowed = true
@@ -90,7 +97,12 @@ func New(cfg Config) *Server {
 }
 
 // ServeHTTP serves a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.previewHost(w, r) {
+		return
+	}
+	s.engine.ServeHTTP(w, r)
+}
 
 // Drain makes /readyz answer 503 so load balancers stop sending traffic.
 func (s *Server) Drain() { s.draining.Store(true) }

@@ -42,6 +42,7 @@ var statuses = []struct {
 	{workspace.ErrSessionLost, http.StatusGone, "session_lost"},
 	{workspace.ErrIncompatible, http.StatusConflict, "incompatible"},
 	{workspace.ErrNotConfigured, http.StatusNotImplemented, "not_configured"},
+	{workspace.ErrNoListener, http.StatusBadGateway, "nothing_listening"},
 	{workspace.ErrTraversal, http.StatusBadRequest, "path_traversal"},
 	{workspace.ErrCommand, http.StatusForbidden, "command_not_allowed"},
 	{workspace.ErrConfirm, http.StatusPreconditionRequired, "confirmation_required"},
@@ -100,6 +101,9 @@ func errorResponse(c *gin.Context, log *slog.Logger, err error) (int, ErrorBody)
 		}
 		log.Error("request failed", "route", route, "status", status, "err", err)
 		d.Message = http.StatusText(status)
+		if errors.Is(err, workspace.ErrNoListener) { // what to fix is in the workspace: say it
+			d.Message = err.Error()
+		}
 		if status == http.StatusServiceUnavailable { // workspace.Retryable: only it says retry
 			d.Message = "temporarily unavailable, retry shortly"
 			if errors.Is(err, workspace.ErrAgentUnresponsive) { // says only that: no cause leaks

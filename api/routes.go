@@ -24,6 +24,9 @@ func (r route) methods() []string {
 	if r.method == "ANY" {
 		return []string{http.MethodGet, http.MethodPost, http.MethodDelete}
 	}
+	if r.method == "ALL" { // a proxy: every method
+		return []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+	}
 	return []string{r.method}
 }
 
@@ -52,6 +55,8 @@ func (s *Server) routes() []route {
 		{method: "PUT", path: "/v1/sessions/:id/archive", auth: true, summary: "Upload a tar archive (optionally gzipped) into the workspace, streamed.", handler: s.upload, request: tar, response: js, status: 200},
 		{method: "GET", path: "/v1/sessions/:id/archive", auth: true, summary: "Download the workspace as a tar archive, streamed.", handler: s.download, response: tar, status: 200},
 		{method: "GET", path: "/v1/sessions/:id/diff", auth: true, summary: "The workspace's changes since its last commit, as a git patch (new files included).", handler: s.diff, response: diff, status: 200},
+		{method: "ALL", path: "/v1/sessions/:id/ports/:port/*path", auth: true, summary: "Preview: proxy to a port of the workspace (scope ports; the policy's previewPorts must allow it). POST/DELETE .../link make ({\"ttl\"}) and revoke (?id=) browser links; Upgrade: cws-tcp opens a raw TCP tunnel.", handler: s.ports, response: "*/*", status: 200},
+		{method: "ALL", path: "/p/:cap/*path", summary: "Preview through a link: no token, the link's capability is the path.", handler: s.pathLink, response: "*/*", status: 200},
 		{method: "ANY", path: "/v1/sessions/:id/mcp", auth: true, summary: "MCP bound to this session.", handler: s.boundMCP, request: js, response: js, status: 200},
 	}
 	// The VSCode plugin's REST flavour (legacy.go), for /mcp's session and for a chosen one.

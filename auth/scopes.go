@@ -14,12 +14,13 @@ const (
 	ScopeToolsExec  = "tools:exec"  // commands, background processes and terminals
 	ScopeSessions   = "sessions"    // create, list, get, renew and delete sessions
 	ScopeArchive    = "archive"     // upload and download the whole workspace tree
+	ScopePorts      = "ports"       // reach a workspace's ports (preview URLs, port-forward)
 )
 
 // AllScopes returns every scope, in a fixed order. It is a tenant's default unless its
 // tenants-file entry sets defaultScopes.
 func AllScopes() []string {
-	return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec, ScopeSessions, ScopeArchive}
+	return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec, ScopeSessions, ScopeArchive, ScopePorts}
 }
 
 // ToolScopes returns the scopes that call tools: an agent's token needs only these.

@@ -39,6 +39,7 @@ type Metrics struct {
 	reaped        *prometheus.CounterVec
 	rel           reliability // reliability.go
 	life          lifecycle   // lifecycle.go
+	net           network     // network.go
 	unenforced    prometheus.Counter
 
 	// The children of the per-request vectors, by label values (labels.go): a lookup
@@ -113,6 +114,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	}).Set(1)
 	m.rel = newReliability(f)
 	m.life = newLifecycle(f)
+	m.net = newNetwork(f)
 	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost, ReapOrphanVolume} {
 		m.reaped.WithLabelValues(reason)
 	}

@@ -284,7 +284,7 @@ func TestInvalidWorkspacePolicyFailsClosed(t *testing.T) {
 	for _, tc := range []struct{ name, file string }{
 		{"not JSON", `{"deniedPaths": [`},
 		{"unknown field", `{"deniedPath": [".env"]}`},
-		{"tenant-only field", `{"network": true}`},
+		{"tenant-only field", `{"images": ["x"]}`},
 		{"allowPolicyWrites is tenant-only", `{"allowPolicyWrites": true}`},
 		{"negative size", `{"maxFileSize": -1}`},
 		{"duplicate field", `{"deniedPaths": [".env"], "deniedPaths": []}`},

@@ -25,6 +25,8 @@ var (
 	// ErrNotConfigured: the server was not set up for what was asked (no snapshot
 	// store, a driver that can't suspend). Retrying cannot help; its operator can.
 	ErrNotConfigured = errors.New("not configured on this server")
+	// ErrNoListener: nothing listens on the workspace port a preview asked for.
+	ErrNoListener = errors.New("nothing is listening on the port")
 
 	// The policy's errors, one per code of the seed's catalogue.
 	ErrInvalid   = policy.ErrInvalid   // -32602
@@ -39,7 +41,7 @@ var (
 // them (or is a cancellation, a deadline or an internal fault). The protocols' tables
 // map each one, and their tests walk this list.
 var Kinds = []error{ErrNotFound, ErrConflict, ErrQuota, ErrRateLimited, ErrUnavailable, ErrForbidden, ErrSessionLost,
-	ErrIncompatible, ErrNotConfigured, ErrInvalid, ErrTraversal, ErrPolicy, ErrTooLarge, ErrCommand, ErrConfirm}
+	ErrIncompatible, ErrNotConfigured, ErrNoListener, ErrInvalid, ErrTraversal, ErrPolicy, ErrTooLarge, ErrCommand, ErrConfirm}
 
 // Retryable reports whether the same call, made again unchanged, may succeed: only a
 // sandbox, an agent or a store that did not answer (ErrUnavailable, an *Interrupted

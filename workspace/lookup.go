@@ -28,10 +28,14 @@ func (s *Service) session(ctx context.Context, caller Caller, id string) (sess *
 	}
 	if sess.Asleep() && !sess.Expired(s.cfg.Now()) {
 		// Suspended or archived: the call wakes it, and then goes on as if it never slept.
-		sess, err = s.wake(ctx, sess)
+		if sess, err = s.wake(ctx, sess); err == nil {
+			s.own(sess)
+		}
 		return sess, false, err
 	}
-	sess, err = s.usable(sess, id)
+	if sess, err = s.usable(sess, id); err == nil {
+		s.own(sess)
+	}
 	return sess, cached, err
 }
 

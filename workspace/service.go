@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/snapshot"
@@ -74,6 +76,9 @@ type Config struct {
 	// Tools are the catalogue: every toolset's tools, in listing order (cmd/cws wires
 	// core.Tools(), lsp.Tools(), …; the service never imports a toolset).
 	Tools []*tool.Tool
+	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
+	// workspace makes to its proxy is refused.
+	Egress *egress.Proxy
 	// Diff computes the REST diff of a session (core.Diff); nil: the diff endpoint
 	// answers that it is not available.
 	Diff func(ctx context.Context, env tool.Env) (string, error)
@@ -151,6 +156,9 @@ type Service struct {
 	policies  map[string]cachedPolicy  // by session id
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
+	owners       sync.Map     // sandbox id → owner: the session it serves (netedge.go)
+	linkKeyCache atomic.Value // []byte: the preview links' signing key (links.go)
+
 	counting, recount atomic.Bool  // countActiveSoon: a recount runs; another is due
 	lastCollect       atomic.Value // time.Time of the snapshot store's last collection
 }
@@ -197,6 +205,9 @@ func New(cfg Config) *Service {
 		waking: map[string]bool{},
 	}
 	s.lastCollect.Store(time.Time{})
+	if cfg.Egress != nil && cfg.Egress.Observe == nil {
+		cfg.Egress.Observe = s.egressRecord
+	}
 	if shared && cache != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopWatcher = cancel
@@ -239,7 +250,8 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 		c = agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
 			s.awaitHeal(ctx, sandboxID)
 			return s.attach(ctx, sandboxID)
-		}, versionString(), s.log.With("sandbox", sandboxID)).WithLiveness(live)
+		}, versionString(), s.log.With("sandbox", sandboxID)).WithLiveness(live).
+			WithEgress(func(conn net.Conn) { s.serveEgress(sandboxID, conn) })
 		if s.cfg.LocalReads != nil {
 			c.WithLocal(s.cfg.LocalReads)
 		}
@@ -280,6 +292,7 @@ func (s *Service) forgetAgent(sandboxID string) {
 // flight end at once (the agent is told to stop them), and nothing redials. A heal
 // under way stops. It never waits on the agent.
 func (s *Service) endAgent(sandboxID string) {
+	s.owners.Delete(sandboxID)
 	if c := s.takeAgent(sandboxID); c != nil {
 		c.Shutdown()
 	}

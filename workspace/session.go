@@ -76,4 +76,9 @@ type AuditRecord struct {
 	Outcome  string    `json:"outcome"`  // ok, error, denied, invalid, ...
 	Duration float64   `json:"durationSeconds"`
 	Rule     string    `json:"rule,omitempty"` // the policy rule that denied it
+	// Network edges (Tool "egress" or "preview"): the remote end or the port, and the
+	// bytes each way (out: from the workspace).
+	Target   string `json:"target,omitempty"`
+	BytesOut int64  `json:"bytesOut,omitempty"`
+	BytesIn  int64  `json:"bytesIn,omitempty"`
 }

@@ -151,6 +151,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		return nil, cleanup(fmt.Errorf("%w: create sandbox: %v", ErrUnavailable, err))
 	}
 	sess.Sandbox = info.ID
+	s.own(sess)
 	if err := s.waitReady(ctx, sess.Sandbox); err != nil {
 		return nil, cleanup(err)
 	}
@@ -208,7 +209,7 @@ func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string, 
 		}
 	}
 	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Subject: sess.Subject, Image: sess.Image, Expires: sess.ExpiresAt,
-		Network: tp.Network, Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim, Default: dflt}
+		Network: tp.DirectNetwork(), Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim, Default: dflt}
 }
 
 // withTestSpec applies the test-only Config knobs to a Spec.

@@ -40,6 +40,7 @@ var codes = []struct {
 	{workspace.ErrSessionLost, CodePathTraversal, "session lost: its sandbox was removed, and its files with it; start a new session"},
 	{workspace.ErrIncompatible, CodeInternal, "the session's sandbox runs an agent this server cannot use; start a new session"},
 	{workspace.ErrNotConfigured, CodeInternal, "not configured on this server"},
+	{workspace.ErrNoListener, CodeInternal, "nothing is listening on the port"},
 	{workspace.ErrAgentUnresponsive, CodeInternal, "the workspace agent is not responding; cws is restarting it, retry shortly"},
 	{workspace.ErrUnavailable, CodeInternal, "workspace temporarily unavailable, retry"},
 	{context.Canceled, CodeInternal, "canceled"},

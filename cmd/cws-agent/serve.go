@@ -56,8 +56,20 @@ func runServe(args []string) error {
 		// binary and launcher, its socket directory and the state in it.
 		fenced = []string{filepath.Dir(self), agent.RunDir}
 	}
+	// A sandbox with no network device of its own reaches out only through the egress
+	// proxy, which every command is pointed at (agent.EnvEgress).
+	var baseEnv map[string]string
+	var el net.Listener
+	if os.Getenv(agent.EnvEgress) == "proxy" {
+		if el, err = net.Listen("tcp", agent.EgressProxyAddr); err != nil {
+			log.Warn("no egress proxy: commands have no way out", "addr", agent.EgressProxyAddr, "err", err)
+			el = nil
+		} else {
+			baseEnv = agent.ProxyEnv()
+		}
+	}
 	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self,
-		StateDir: requestsDir(), ProcDir: procDir(), SameUID: in.sameUID, Fenced: fenced})
+		StateDir: requestsDir(), ProcDir: procDir(), SameUID: in.sameUID, Fenced: fenced, BaseEnv: baseEnv})
 	if err != nil {
 		return err
 	}
@@ -109,6 +121,14 @@ func runServe(args []string) error {
 		go func() {
 			if err := srv.ServeSecret(ln, []byte(secret)); err != nil {
 				log.Warn("agent socket stopped", "addr", ln.Addr().String(), "err", err)
+			}
+		}()
+	}
+	if el != nil {
+		log.Info("egress proxy listening; connections go through cws", "addr", agent.EgressProxyAddr)
+		go func() {
+			if err := srv.ServeEgress(el); err != nil {
+				log.Warn("egress proxy stopped", "err", err)
 			}
 		}()
 	}

@@ -3,13 +3,16 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/sandbox/kube"
 	"github.com/cwsdev/cws/version"
@@ -68,6 +71,13 @@ type Config struct {
 	// "none" turns snapshots, forks' and archives' store off.
 	SnapshotStore    string
 	snapshotStoreSet bool // given by flag or CWS_SNAPSHOT_STORE, not the default
+
+	// The network edges.
+	EgressAllowPrivate []string      // CIDRs (or IPs) exempt from the proxy's private-address refusal
+	EgressDeny         []string      // CIDRs the proxy always refuses (cluster service and pod ranges)
+	EgressIdle         time.Duration // an egress connection that moves nothing this long is closed
+	EgressResolve      []string      // NAME=IP pins, ahead of DNS
+	PreviewDomain      string        // host-based preview links: {port}-{session}.DOMAIN
 }
 
 func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
@@ -106,6 +116,11 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.DurationVar(&c.SuspendAfter, "suspend-after", envDuration(getenv, "CWS_SUSPEND_AFTER", 10*time.Minute), "suspend a session after this long without a call: its sandbox stops, its files stay, the next call wakes it; 0 never (a tenant's suspendAfter wins) [CWS_SUSPEND_AFTER]")
 	f.DurationVar(&c.ArchiveAfter, "archive-after", envDuration(getenv, "CWS_ARCHIVE_AFTER", 24*time.Hour), "move a session suspended this long into the snapshot store, freeing its volume; 0 never (a tenant's archiveAfter wins) [CWS_ARCHIVE_AFTER]")
 	f.StringVar(&c.SnapshotStore, "snapshot-store", envDefault(getenv, "CWS_SNAPSHOT_STORE", defaultSnapshotStore(getenv)), "where snapshots and archived sessions go: file:///dir (one host) or s3://bucket/prefix (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); none turns it off [CWS_SNAPSHOT_STORE]")
+	f.StringArrayVar(&c.EgressAllowPrivate, "egress-allow-private", envList(getenv, "CWS_EGRESS_ALLOW_PRIVATE"), "a CIDR or IP the workspaces' egress proxy may reach although it is private, loopback or link-local (an on-prem mirror, a test server); repeatable [CWS_EGRESS_ALLOW_PRIVATE, comma-separated]")
+	f.StringArrayVar(&c.EgressDeny, "egress-deny", envList(getenv, "CWS_EGRESS_DENY"), "a CIDR the egress proxy never reaches, whatever the policy (a cluster's service or pod range that is not private); repeatable [CWS_EGRESS_DENY]")
+	f.StringArrayVar(&c.EgressResolve, "egress-resolve", envList(getenv, "CWS_EGRESS_RESOLVE"), "NAME=IP: resolve NAME to IP for the egress proxy, ahead of DNS, like curl --resolve (names without DNS; tests); the address is still checked; repeatable [CWS_EGRESS_RESOLVE]")
+	f.DurationVar(&c.EgressIdle, "egress-idle-timeout", envDuration(getenv, "CWS_EGRESS_IDLE_TIMEOUT", 5*time.Minute), "close an egress connection that moved nothing either way for this long [CWS_EGRESS_IDLE_TIMEOUT]")
+	f.StringVar(&c.PreviewDomain, "preview-domain", getenv("CWS_PREVIEW_DOMAIN"), "make preview links host-based, https://PORT-SESSION.DOMAIN/ (a wildcard DNS name and certificate for *.DOMAIN pointing at cws); empty: path-based links under --public-url [CWS_PREVIEW_DOMAIN]")
 	f.DurationVar(&c.RenewFlush, "renew-flush", envDuration(getenv, "CWS_RENEW_FLUSH", workspace.DefaultRenewFlush), "how often the idle-TTL renewals of tool calls are written to the store, batched [CWS_RENEW_FLUSH]")
 }
 
@@ -202,6 +217,16 @@ func (c *Config) validate() error {
 	if c.SessionTTL <= 0 || c.MaxLifetime <= 0 {
 		return fmt.Errorf("--session-ttl and --max-lifetime must be positive")
 	}
+	for _, p := range append(slices.Clone(c.EgressAllowPrivate), c.EgressDeny...) {
+		if _, err := egress.ParsePrefix(p); err != nil {
+			return fmt.Errorf("--egress-allow-private/--egress-deny %q: %v (give a CIDR such as 10.0.0.0/8, or an IP)", p, err)
+		}
+	}
+	for _, r := range c.EgressResolve {
+		if _, _, err := parseResolve(r); err != nil {
+			return err
+		}
+	}
 	if c.SuspendAfter < 0 || c.ArchiveAfter < 0 {
 		return fmt.Errorf("--suspend-after and --archive-after must not be negative (0 turns them off)")
 	}
@@ -275,4 +300,15 @@ func envOff(v string) bool {
 		return true
 	}
 	return false
+}
+
+// parseResolve reads an --egress-resolve NAME=IP.
+func parseResolve(s string) (string, netip.Addr, error) {
+	name, ip, ok := strings.Cut(s, "=")
+	a, err := netip.ParseAddr(strings.TrimSpace(ip))
+	name = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(name)), ".")
+	if !ok || err != nil || name == "" {
+		return "", netip.Addr{}, fmt.Errorf("--egress-resolve %q: give NAME=IP, e.g. mirror.corp=10.1.2.3", s)
+	}
+	return name, a.Unmap(), nil
 }

@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/cwsdev/cws/api"
 	"github.com/cwsdev/cws/api/mcp"
 	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/metrics"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server"
@@ -142,7 +145,8 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	} else {
 		log.Warn("no snapshot store (--snapshot-store none): snapshots and archiving are off")
 	}
-	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
+	proxy := newEgressProxy(cfg, log)
+	svc := workspace.New(workspace.Config{Egress: proxy, Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
 		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log),
 		DefaultIdleTTL: cfg.SessionTTL, DefaultMaxLife: cfg.MaxLifetime, SuspendAfter: cfg.SuspendAfter, ArchiveAfter: cfg.ArchiveAfter, Snapshots: snaps})
 	defer svc.Close()
@@ -165,7 +169,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		return nil
 	}
 	srv := api.New(api.Config{Service: svc, Verifier: verifier, MCP: mcpHandler, Metrics: m, Gatherer: reg, Ready: ready,
-		Log: log, PublicURL: cfg.PublicURL, Issuers: tenants.Issuers()})
+		Log: log, PublicURL: cfg.PublicURL, Issuers: tenants.Issuers(), PreviewDomain: cfg.PreviewDomain})
 
 	if err := ready(ctx); err != nil {
 		return fmt.Errorf("not ready: %w (run `cws doctor` for help)", err)
@@ -290,4 +294,53 @@ func localReads(on bool, transport string, log *slog.Logger) agent.LocalOpener {
 func transportName(d engine) string {
 	name, _ := d.Transport()
 	return name
+}
+
+// newEgressProxy is the workspaces' egress proxy: the private-address refusal with the
+// operator's exceptions, and cws's own listener among the refused addresses.
+func newEgressProxy(cfg Config, log *slog.Logger) *egress.Proxy {
+	var allow, deny []netip.Prefix
+	for _, s := range cfg.EgressAllowPrivate {
+		p, _ := egress.ParsePrefix(s) // validated with the flags
+		allow = append(allow, p)
+	}
+	for _, s := range cfg.EgressDeny {
+		p, _ := egress.ParsePrefix(s)
+		deny = append(deny, p)
+	}
+	// cws's own listener is never a destination, even where private ranges are allowed.
+	var self []netip.AddrPort
+	if host, port, err := net.SplitHostPort(cfg.Addr); err == nil {
+		pn, _ := strconv.Atoi(port)
+		ips := ownAddrs()
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+			ips = []netip.Addr{ip.Unmap()}
+		}
+		for _, ip := range ips {
+			self = append(self, netip.AddrPortFrom(ip, uint16(pn)))
+		}
+	}
+	if len(allow) > 0 {
+		log.Info("egress proxy may reach these private ranges", "ranges", cfg.EgressAllowPrivate)
+	}
+	hosts := map[string][]netip.Addr{}
+	for _, r := range cfg.EgressResolve {
+		name, ip, _ := parseResolve(r) // validated with the flags
+		hosts[name] = append(hosts[name], ip)
+	}
+	return &egress.Proxy{Guard: egress.NewGuard(allow, deny), IdleTimeout: cfg.EgressIdle, Self: self, Hosts: hosts}
+}
+
+// ownAddrs are this host's interface addresses.
+func ownAddrs() []netip.Addr {
+	var out []netip.Addr
+	as, _ := net.InterfaceAddrs()
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
 }

@@ -33,6 +33,7 @@ type Client struct {
 	live    Liveness
 
 	localOpen LocalOpener // nil: every call goes to the agent (see local.go)
+	egress    EgressFunc  // nil: the agent's egress streams are refused (netedge.go)
 
 	closed chan struct{} // closed by Shutdown
 
@@ -200,7 +201,7 @@ func (c *Client) open(ctx context.Context) (*link, Local, Hello, error) {
 	if err != nil {
 		return nil, nil, Hello{}, fmt.Errorf("%w: dial: %w", ErrUnavailable, err)
 	}
-	ours := Hello{Protocol: ProtocolVersion, Version: c.version}
+	ours := Hello{Protocol: ProtocolVersion, Version: c.version, Egress: c.egress != nil}
 	var rights *rightsReader
 	var target LocalTarget
 	var rd io.Reader = conn
@@ -234,6 +235,9 @@ func (c *Client) open(ctx context.Context) (*link, Local, Hello, error) {
 		return nil, nil, Hello{}, fmt.Errorf("%w: start session: %v", ErrUnavailable, err)
 	}
 	l.sess = sess
+	if c.egress != nil {
+		go c.acceptEgress(l)
+	}
 	var local Local
 	if rights != nil {
 		if root := rights.takeRoot(); root != nil {

@@ -78,6 +78,9 @@ type Hello struct {
 	// Root, from a host on a unix socket: send the workspace root's descriptor with the
 	// answer, as SCM_RIGHTS (see local.go). An agent that does not know it ignores it.
 	Root bool `json:"root,omitempty"`
+
+	// Egress, from a host: it takes the agent's egress streams (OpEgress, netedge.go).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // WriteHelloRights writes the handshake frame with a descriptor attached.

@@ -50,9 +50,13 @@ func env(spec sandbox.Spec) []string {
 	}
 	out := make([]string, 0, len(spec.Env)+1)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		if k != envUIDGID && k != agent.EnvSecret && k != agent.EnvAgentUser {
+		if k != envUIDGID && k != agent.EnvSecret && k != agent.EnvAgentUser && k != agent.EnvEgress {
 			out = append(out, k+"="+spec.Env[k])
 		}
+	}
+	if !spec.Network {
+		// NetworkMode none: the agent's egress proxy is the only way out (agent.EnvEgress).
+		out = append(out, agent.EnvEgress+"=proxy")
 	}
 	return append(out, agent.EnvAgentUser+"="+agent.DefaultAgentUser, envUIDGID+"="+user)
 }

@@ -158,7 +158,7 @@ func (d *Driver) pod(name, claim string, spec sandbox.Spec, secret string) *core
 	}
 	env := []corev1.EnvVar{}
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		if k != envUIDGID && k != agent.EnvSecret && k != agent.EnvAgentUser && k != envListen && k != envRlimNoFile && k != envRlimFSize {
+		if k != envUIDGID && k != agent.EnvSecret && k != agent.EnvAgentUser && k != envListen && k != envRlimNoFile && k != envRlimFSize && k != agent.EnvEgress {
 			env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
 		}
 	}
@@ -170,6 +170,10 @@ func (d *Driver) pod(name, claim string, spec sandbox.Spec, secret string) *core
 		corev1.EnvVar{Name: envRlimNoFile, Value: strconv.FormatInt(lim.NoFile, 10)},
 		corev1.EnvVar{Name: envRlimFSize, Value: strconv.FormatInt(lim.FileSizeBytes, 10)},
 	)
+	if !spec.Network {
+		// No way out but the agent's egress proxy (the egress NetworkPolicy denies the rest).
+		env = append(env, corev1.EnvVar{Name: agent.EnvEgress, Value: "proxy"})
+	}
 	ws := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		SizeLimit: resource.NewQuantity(cmp.Or(d.cfg.WorkspaceBytes, DefaultWorkspaceBytes), resource.BinarySI)}}
 	if claim != "" {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cwsdev/cws/egress"
+
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 )
 
@@ -19,6 +21,8 @@ type Effective struct {
 	confirm     []string
 	landlock    bool // requireLandlock
 	suspend     time.Duration
+	egress      egress.Policy
+	preview     []Ports // a port must be in each
 }
 
 // Narrow returns tenant's policy narrowed by ws, the workspace's .cws-policy.json (nil
@@ -50,6 +54,17 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 		landlock:    tenant.RequireLandlock,
 		suspend:     tenant.SuspendAfter.Std(),
 	}
+	if tenant.PreviewPorts.raw != nil {
+		e.preview = []Ports{tenant.PreviewPorts}
+	}
+	var wsNet *Network
+	if ws != nil {
+		wsNet = ws.Network
+	}
+	e.egress = narrowNetwork(tenant.Network, wsNet)
+	if tenant.Egress != nil {
+		e.egress.MaxConns = tenant.Egress.MaxConnections
+	}
 	if e.env[0] == nil {
 		e.env[0] = clone(DefaultEnvAllowlist)
 	}
@@ -69,6 +84,9 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 	e.guard.Deny = union(e.guard.Deny, ws.DeniedPaths)
 	e.confirm = union(e.confirm, ws.ConfirmationRequired)
 	e.landlock = e.landlock || ws.RequireLandlock
+	if ws.PreviewPorts.raw != nil && len(e.preview) > 0 {
+		e.preview = append(e.preview, ws.PreviewPorts)
+	}
 	if ws.MaxFileSize > 0 {
 		e.maxFileSize = min(e.maxFileSize, ws.MaxFileSize)
 	}

@@ -21,6 +21,7 @@ var seedFields = []string{
 	"allowedPaths", "deniedPaths", "maxFileSize", "maxEditSize",
 	"allowedCommands", "envAllowlist", "confirmationRequired", "requireLandlock",
 	"suspendAfter", // a workspace may only shorten it (Narrow)
+	"network", "previewPorts", // a workspace may only narrow them
 }
 
 // Parse reads a tenant's policy strictly: one JSON object, each field at most once and
@@ -48,7 +49,7 @@ func parse(data []byte, workspace bool) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"limits", "rate"} {
+	for _, name := range []string{"limits", "rate", "egress"} {
 		if raw, ok := fields[name]; ok && !isNull(raw) {
 			if _, err := objectFields(raw, name+"."); err != nil {
 				return nil, err

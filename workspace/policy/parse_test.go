@@ -62,7 +62,18 @@ func TestParse(t *testing.T) {
 		{"too many patterns", `{"deniedPaths": [` + strings.Repeat(`"a",`, MaxListLen) + `"a"]}`, true, "more than 256"},
 		// A workspace file may only narrow: tenant-only fields are refused by name.
 		{"workspace limits", `{"limits": {"cpus": 64}}`, true, `field "limits" is tenant-only`},
-		{"workspace network", `{"network": false}`, true, `field "network" is tenant-only`},
+		{"workspace images", `{"images": ["x"]}`, true, `field "images" is tenant-only`},
+		{"workspace network bad entry", `{"network": {"allow": ["**.com"]}}`, true, `**.com`},
+		{"network scheme", `{"network": {"allow": ["http://x"]}}`, false, `http://x`},
+		{"network ip", `{"network": {"allow": ["300.1.1.1"]}}`, false, `300.1.1.1`},
+		{"network star", `{"network": {"allow": ["*"]}}`, false, `"*"`},
+		{"network empty", `{"network": {"allow": [""]}}`, false, `""`},
+		{"network unknown key", `{"network": {"alow": []}}`, false, `alow`},
+		{"network string", `{"network": "yes"}`, false, `network must be`},
+		{"preview zero", `{"previewPorts": [0]}`, false, `previewPorts[0]`},
+		{"preview big", `{"previewPorts": [65536]}`, false, `previewPorts[0]`},
+		{"preview abc", `{"previewPorts": ["abc"]}`, false, `previewPorts[0]`},
+		{"preview range", `{"previewPorts": [3000, "9000-8000"]}`, false, `previewPorts[1]`},
 		{"workspace allowPolicyWrites", `{"allowPolicyWrites": true}`, true, `field "allowPolicyWrites" is tenant-only`},
 		{"workspace toolsets", `{"allowedPaths": ["**"], "toolsets": ["core"]}`, true, `field "toolsets" is tenant-only`},
 		{"workspace sessionTTL", `{"sessionTTL": "1h"}`, true, `field "sessionTTL" is tenant-only`},
@@ -113,7 +124,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, in := range []*Policy{
 		Default(),
 		{AllowedCommands: []string{}, EnvAllowlist: []string{}, AllowedPaths: []string{}},
-		{SessionTTL: Duration(90 * time.Second), Limits: &Limits{Pids: 10}, Network: true},
+		{SessionTTL: Duration(90 * time.Second), Limits: &Limits{Pids: 10}, Network: &Network{Open: true}},
 	} {
 		b, err := json.Marshal(in)
 		if err != nil {

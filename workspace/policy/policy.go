@@ -99,8 +99,15 @@ type Policy struct {
 	// Images are the images a session may use; the first is the default. Empty means
 	// the server's default image only.
 	Images []string `json:"images,omitzero"`
-	// Network allows egress from the container. False means NetworkMode none.
-	Network bool `json:"network,omitzero"`
+	// Network is how the workspace reaches out: false (not at all), true (a network
+	// device of its own: anything), or {"allow", "deny"}, names the workspace's egress
+	// proxy lets through (network.go). A workspace file may narrow it.
+	Network *Network `json:"network,omitzero"`
+	// Egress limits the egress proxy's connections.
+	Egress *Egress `json:"egress,omitzero"`
+	// PreviewPorts are the ports a preview URL may reach ([3000, "8000-8099"]); omitted
+	// or empty: none. A workspace file may narrow it.
+	PreviewPorts Ports `json:"previewPorts,omitzero"`
 	// Toolsets the tenant may use (ToolsetCore, …). Omitted means AllToolsets; a
 	// connection may narrow further with ?toolsets=.
 	Toolsets []string `json:"toolsets,omitzero"`
@@ -110,6 +117,9 @@ type Policy struct {
 	// default) protects it.
 	AllowPolicyWrites bool `json:"allowPolicyWrites,omitzero"`
 }
+
+// DirectNetwork reports network: true, the sandbox's own network device (no proxy).
+func (p *Policy) DirectNetwork() bool { return p.Network != nil && p.Network.Open }
 
 // Limits are a session container's resources. Zero in any field means the server's
 // default for it.

@@ -98,6 +98,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
+
+	egressHosts egressHosts // the hosts that take egress streams (netedge.go)
 }
 
 // New opens the workspace root and returns a Server.
@@ -208,7 +210,11 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	s.mu.Lock()
 	s.conns[sess] = struct{}{}
 	s.mu.Unlock()
+	if peer.Egress {
+		s.egressHosts.add(sess)
+	}
 	defer func() {
+		s.egressHosts.remove(sess)
 		s.mu.Lock()
 		delete(s.conns, sess)
 		s.mu.Unlock()
@@ -242,6 +248,10 @@ func (s *Server) serveStream(st *yamux.Stream) {
 	defer st.Close()
 	h, body, err := agent.ReadFrame(st)
 	if err != nil {
+		return
+	}
+	if h.Op == agent.OpDial {
+		s.dial(st, h.Args) // the stream becomes the connection
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

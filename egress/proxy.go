@@ -1,0 +1,632 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode is what a session's network policy lets out.
+type Mode int
+
+const (
+	Off    Mode = iota // network: false — nothing
+	Open               // network: true — any public address
+	Listed             // network: {"allow", "deny"} — what Policy.Rules allows
+)
+
+// Policy is one session's egress policy, as the proxy applies it.
+type Policy struct {
+	Mode  Mode
+	Rules Rules
+	// MaxConns caps the session's concurrent connections; 0 means DefaultMaxConns.
+	MaxConns int
+}
+
+// DefaultMaxConns is a session's cap on concurrent egress connections.
+const DefaultMaxConns = 64
+
+// Target is who a proxied connection belongs to.
+type Target struct {
+	Tenant, Session string
+	// Policy returns the session's policy in force; it is asked once per request.
+	Policy func(ctx context.Context) (Policy, error)
+}
+
+// Record is one connection's outcome, for the audit stream and the metrics.
+type Record struct {
+	Tenant, Session string
+	Host            string
+	Port            int
+	Method          string // CONNECT, or the plain HTTP request's method
+	Decision        string // "allowed", "denied" or "failed"
+	Reason          string // why, when not allowed
+	BytesOut        int64  // from the workspace to the remote end
+	BytesIn         int64  // from the remote end to the workspace
+	Took            time.Duration
+}
+
+// Proxy is cws's side of the workspace's HTTP proxy: the agent hands it each
+// connection a workspace process makes to the proxy, and it judges, resolves, dials
+// and pipes. The workspace never resolves a name nor reaches an address itself.
+type Proxy struct {
+	Guard    *Guard
+	Resolver *net.Resolver // nil: net.DefaultResolver
+	// DialTimeout bounds a connect; IdleTimeout ends a connection that moved nothing
+	// either way for that long; HeaderTimeout bounds reading a request's header.
+	DialTimeout, IdleTimeout, HeaderTimeout time.Duration
+	// Observe gets every decision (may be nil).
+	Observe func(Record)
+	// Self are cws's own listeners: never a destination, whatever the policy.
+	Self []netip.AddrPort
+	// Hosts pin names to addresses ahead of DNS (cws serve --egress-resolve), for
+	// on-prem names without DNS and for tests. The addresses are checked as resolved ones.
+	Hosts map[string][]netip.Addr
+
+	mu    sync.Mutex
+	conns map[string]*atomic.Int64 // open connections by session
+}
+
+func (p *Proxy) dialTimeout() time.Duration   { return orDur(p.DialTimeout, 10*time.Second) }
+func (p *Proxy) idleTimeout() time.Duration   { return orDur(p.IdleTimeout, 5*time.Minute) }
+func (p *Proxy) headerTimeout() time.Duration { return orDur(p.HeaderTimeout, 30*time.Second) }
+
+func orDur(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Open returns the number of egress connections session has open.
+func (p *Proxy) Open(session string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := p.conns[session]; n != nil {
+		return n.Load()
+	}
+	return 0
+}
+
+// hold counts a connection of session against max; false when the session is at it.
+func (p *Proxy) hold(session string, max int) (release func(), ok bool) {
+	p.mu.Lock()
+	if p.conns == nil {
+		p.conns = map[string]*atomic.Int64{}
+	}
+	n := p.conns[session]
+	if n == nil {
+		n = new(atomic.Int64)
+		p.conns[session] = n
+	}
+	p.mu.Unlock()
+	if n.Add(1) > int64(max) {
+		p.drop(session, n)
+		return nil, false
+	}
+	return func() { p.drop(session, n) }, true
+}
+
+func (p *Proxy) drop(session string, n *atomic.Int64) {
+	if n.Add(-1) == 0 {
+		p.mu.Lock()
+		if p.conns[session] == n && n.Load() == 0 {
+			delete(p.conns, session)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// maxHeader is the largest request header the proxy reads.
+const maxHeader = 64 << 10
+
+// Serve runs the proxy protocol on conn (HTTP CONNECT, or plain HTTP requests with an
+// absolute URI) for t until conn ends. It owns conn.
+func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
+	defer conn.Close()
+	br := bufio.NewReaderSize(conn, maxHeader)
+	first := true
+	var up *upstream
+	defer func() {
+		if up != nil {
+			up.close()
+		}
+	}()
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(p.headerTimeout()))
+		hdr, err := peekHeader(br)
+		if err != nil {
+			if first && !errors.Is(err, io.EOF) {
+				status := http.StatusBadRequest
+				if errors.Is(err, errHeaderTooLarge) {
+					status = http.StatusRequestHeaderFieldsTooLarge
+				}
+				refuse(conn, status, "egress: "+err.Error())
+			}
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			refuse(conn, http.StatusBadRequest, "egress: malformed request: "+err.Error())
+			return
+		}
+		_ = conn.SetReadDeadline(time.Time{})
+		first = false
+		pol, err := t.Policy(ctx)
+		if err != nil {
+			refuse(conn, http.StatusServiceUnavailable, "egress: the session's policy is unavailable: "+err.Error())
+			return
+		}
+		rec := Record{Tenant: t.Tenant, Session: t.Session, Method: req.Method}
+		host, port, err := target(req, hdr)
+		rec.Host, rec.Port = host, port
+		if err != nil {
+			p.deny(conn, rec, http.StatusForbidden, err.Error())
+			return
+		}
+		if req.Method == http.MethodConnect {
+			p.connect(ctx, conn, br, rec, pol)
+			return
+		}
+		var keep bool
+		keep, up = p.forward(ctx, conn, br, req, rec, pol, up)
+		if !keep {
+			return
+		}
+	}
+}
+
+// errHeaderTooLarge: a request header over maxHeader.
+var errHeaderTooLarge = errors.New("request header too large")
+
+// peekHeader returns the request's header lines (request line first) without
+// consuming them: http.ReadRequest drops the Host header of an absolute-URI request,
+// and the proxy compares it with the target.
+func peekHeader(br *bufio.Reader) (textproto.MIMEHeader, error) {
+	for n := 1; ; {
+		b, err := br.Peek(n)
+		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+			tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i+4])))
+			if _, err := tp.ReadLine(); err != nil {
+				return nil, err
+			}
+			return tp.ReadMIMEHeader()
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, errHeaderTooLarge
+			}
+			if len(b) > 0 && errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		n = min(max(n, br.Buffered())+1, maxHeader)
+		if len(b) >= maxHeader {
+			return nil, errHeaderTooLarge
+		}
+	}
+}
+
+// target is the host and port a request goes to, checked against its Host header.
+func target(req *http.Request, hdr textproto.MIMEHeader) (string, int, error) {
+	authority := req.Host
+	defPort := 80
+	if req.Method == http.MethodConnect {
+		authority, defPort = req.RequestURI, 443
+	} else if req.URL.IsAbs() {
+		if req.URL.Scheme != "http" {
+			return "", 0, fmt.Errorf("egress: scheme %q is not proxied; use http:// or CONNECT", req.URL.Scheme)
+		}
+		authority = req.URL.Host
+	}
+	host, port, err := splitAuthority(authority, defPort)
+	if err != nil {
+		return "", 0, err
+	}
+	if h := hdr.Get("Host"); h != "" {
+		hh, hp, err := splitAuthority(h, defPort)
+		if err != nil || !strings.EqualFold(hh, host) || (hp != port && req.Method != http.MethodConnect) {
+			return host, port, fmt.Errorf("egress: Host header %q differs from the request's target %s", h, net.JoinHostPort(host, strconv.Itoa(port)))
+		}
+	}
+	return host, port, nil
+}
+
+// splitAuthority splits host[:port]; a missing port is def.
+func splitAuthority(a string, def int) (string, int, error) {
+	if a == "" {
+		return "", 0, errors.New("egress: the request names no host")
+	}
+	host, ps, err := net.SplitHostPort(a)
+	if err != nil {
+		host, ps = strings.Trim(a, "[]"), strconv.Itoa(def)
+	}
+	port, perr := strconv.Atoi(ps)
+	if perr != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("egress: invalid port in %q", a)
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return "", 0, fmt.Errorf("egress: invalid host in %q", a)
+	}
+	return host, port, nil
+}
+
+// judge decides host:port under pol and returns the addresses to dial.
+func (p *Proxy) judge(ctx context.Context, host string, port int, pol Policy) ([]netip.Addr, error) {
+	if pol.Mode == Off {
+		return nil, errors.New("egress: this session has no network (its policy's network is false)")
+	}
+	hp := net.JoinHostPort(host, strconv.Itoa(port))
+	ip, literal := netip.ParseAddr(host)
+	if pol.Mode == Listed {
+		if ok, rule := pol.Rules.Allows(host, port); !ok {
+			return nil, fmt.Errorf("egress: %s", rule)
+		}
+	}
+	var addrs []netip.Addr
+	if literal == nil {
+		addrs = []netip.Addr{ip.Unmap()}
+	} else if pinned, ok := p.Hosts[host]; ok {
+		addrs = pinned
+	} else {
+		r := p.Resolver
+		if r == nil {
+			r = net.DefaultResolver
+		}
+		rctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
+		found, err := r.LookupNetIP(rctx, "ip", host)
+		cancel()
+		if err != nil || len(found) == 0 {
+			return nil, fmt.Errorf("egress: %s does not resolve", host)
+		}
+		addrs = found
+	}
+	var ok []netip.Addr
+	var why error
+	for _, a := range addrs {
+		a = a.Unmap()
+		if err := p.Guard.Check(a); err != nil {
+			why = fmt.Errorf("egress: %s resolves to %v", hp, err)
+			if literal == nil {
+				why = fmt.Errorf("egress: %v", err)
+			}
+			continue
+		}
+		if p.self(a, port) {
+			why = fmt.Errorf("egress: %s is cws itself", netip.AddrPortFrom(a, uint16(port)))
+			continue
+		}
+		if pol.Mode == Listed {
+			if denied, rule := pol.Rules.DeniesIP(a, port); denied {
+				why = fmt.Errorf("egress: %s (%s): %s", hp, a, rule)
+				continue
+			}
+		}
+		ok = append(ok, a)
+	}
+	if len(ok) == 0 {
+		return nil, why
+	}
+	return ok, nil
+}
+
+// self reports whether a:port is one of cws's own listeners.
+func (p *Proxy) self(a netip.Addr, port int) bool {
+	for _, s := range p.Self {
+		if s.Port() == uint16(port) && (s.Addr() == a || a.IsLoopback() && s.Addr().IsLoopback()) {
+			return true
+		}
+	}
+	return false
+}
+
+// dial connects to the first of addrs that answers.
+func (p *Proxy) dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+	d := net.Dialer{Timeout: p.dialTimeout()}
+	var err error
+	for _, a := range addrs {
+		var c net.Conn
+		if c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String()); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func (p *Proxy) observe(r Record) {
+	if p.Observe != nil {
+		p.Observe(r)
+	}
+}
+
+func (p *Proxy) deny(conn net.Conn, rec Record, status int, reason string) {
+	rec.Decision, rec.Reason = "denied", reason
+	if status >= 500 || status == http.StatusBadGateway {
+		rec.Decision = "failed"
+	}
+	p.observe(rec)
+	refuse(conn, status, reason)
+}
+
+// Refuse answers a proxy request with status and a one-line reason; the caller then
+// closes conn.
+func Refuse(conn net.Conn, status int, reason string) { refuse(conn, status, reason) }
+
+// refuse answers a proxy request with status and a one-line reason, and ends it.
+func refuse(conn net.Conn, status int, reason string) {
+	body := reason + "\n"
+	_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nProxy-Connection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+}
+
+// connect serves a CONNECT: judge, dial, 200, then pipe.
+func (p *Proxy) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, rec Record, pol Policy) {
+	start := time.Now()
+	max := pol.MaxConns
+	if max <= 0 {
+		max = DefaultMaxConns
+	}
+	release, ok := p.hold(rec.Session, max)
+	if !ok {
+		p.deny(conn, rec, http.StatusTooManyRequests, fmt.Sprintf("egress: the session has %d connections open, its limit (egress.maxConnections)", max))
+		return
+	}
+	defer release()
+	addrs, err := p.judge(ctx, rec.Host, rec.Port, pol)
+	if err != nil {
+		p.deny(conn, rec, http.StatusForbidden, err.Error())
+		return
+	}
+	up, err := p.dial(ctx, addrs, rec.Port)
+	if err != nil {
+		p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: connect %s: %v", net.JoinHostPort(rec.Host, strconv.Itoa(rec.Port)), err))
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// A TLS client names its server in the ClientHello: it must be the CONNECT host.
+	if sni, seen := peekSNI(conn, br); seen && sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), rec.Host) {
+		rec.Decision, rec.Reason = "denied", fmt.Sprintf("egress: TLS server name %q differs from the CONNECT host %s", sni, rec.Host)
+		rec.Took = time.Since(start)
+		p.observe(rec)
+		return
+	}
+	rec.BytesOut, rec.BytesIn = p.pipe(conn, br, up)
+	rec.Decision, rec.Took = "allowed", time.Since(start)
+	p.observe(rec)
+}
+
+// forward serves one plain HTTP request (absolute URI) on up, dialling a new upstream
+// when the target changed. It reports whether the client connection may carry another.
+func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, req *http.Request, rec Record, pol Policy, up *upstream) (bool, *upstream) {
+	start := time.Now()
+	key := net.JoinHostPort(rec.Host, strconv.Itoa(rec.Port))
+	if up != nil && up.key != key {
+		up.close()
+		up = nil
+	}
+	if up == nil {
+		max := pol.MaxConns
+		if max <= 0 {
+			max = DefaultMaxConns
+		}
+		release, ok := p.hold(rec.Session, max)
+		if !ok {
+			p.deny(conn, rec, http.StatusTooManyRequests, fmt.Sprintf("egress: the session has %d connections open, its limit (egress.maxConnections)", max))
+			return false, nil
+		}
+		addrs, err := p.judge(ctx, rec.Host, rec.Port, pol)
+		if err != nil {
+			release()
+			p.deny(conn, rec, http.StatusForbidden, err.Error())
+			return false, nil
+		}
+		c, err := p.dial(ctx, addrs, rec.Port)
+		if err != nil {
+			release()
+			p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: connect %s: %v", key, err))
+			return false, nil
+		}
+		up = &upstream{key: key, conn: c, br: bufio.NewReader(c), release: release}
+	} else {
+		// Same target, but the policy may have changed: judge it again (no dial).
+		if pol.Mode == Off {
+			p.deny(conn, rec, http.StatusForbidden, "egress: this session has no network (its policy's network is false)")
+			return false, up
+		}
+		if pol.Mode == Listed {
+			if ok, rule := pol.Rules.Allows(rec.Host, rec.Port); !ok {
+				p.deny(conn, rec, http.StatusForbidden, "egress: "+rule)
+				return false, up
+			}
+		}
+	}
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
+		req.Header.Del(h)
+	}
+	req.RequestURI = ""
+	out := &counter{w: up.conn}
+	upDone := make(chan error, 1)
+	go func() { upDone <- req.Write(out) }()
+	resp, err := http.ReadResponse(up.br, req)
+	if err != nil {
+		p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: %s answered no HTTP response: %v", key, err))
+		return false, up
+	}
+	in := &counter{w: conn}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if err := resp.Write(in); err != nil {
+			return false, up
+		}
+		o, i := p.pipe(conn, br, up.conn)
+		rec.BytesOut, rec.BytesIn = out.n+o, in.n+i
+		rec.Decision, rec.Took = "allowed", time.Since(start)
+		p.observe(rec)
+		return false, up
+	}
+	werr := resp.Write(in)
+	resp.Body.Close()
+	uerr := <-upDone
+	rec.BytesOut, rec.BytesIn = out.n, in.n
+	rec.Decision, rec.Took = "allowed", time.Since(start)
+	p.observe(rec)
+	if werr != nil || uerr != nil || req.Close || resp.Close {
+		return false, up
+	}
+	return true, up
+}
+
+// upstream is a plain-HTTP connection to one target, kept across requests.
+type upstream struct {
+	key     string
+	conn    net.Conn
+	br      *bufio.Reader
+	release func()
+}
+
+func (u *upstream) close() {
+	u.conn.Close()
+	u.release()
+}
+
+// counter counts what is written through it.
+type counter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *counter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// pipe copies both ways until both are done or nothing moved for IdleTimeout; it
+// returns the bytes sent out (client → remote) and in.
+func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn) (out, in int64) {
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	idle := p.idleTimeout()
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(min(idle/4, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, last.Load())) > idle {
+					client.Close()
+					remote.Close()
+					return
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out = copyTouch(remote, br, &last)
+		closeWrite(remote)
+	}()
+	in = copyTouch(client, remote, &last)
+	closeWrite(client)
+	wg.Wait()
+	close(stop)
+	return out, in
+}
+
+func copyTouch(dst io.Writer, src io.Reader, last *atomic.Int64) int64 {
+	buf := make([]byte, 64<<10)
+	var n int64
+	for {
+		r, err := src.Read(buf)
+		if r > 0 {
+			last.Store(time.Now().UnixNano())
+			w, werr := dst.Write(buf[:r])
+			n += int64(w)
+			if werr != nil {
+				return n
+			}
+		}
+		if err != nil {
+			return n
+		}
+	}
+}
+
+// closeWrite half-closes c where it can (TCP, a yamux stream's Close), else closes it.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// sniWait is how long the proxy waits for a TLS ClientHello after a CONNECT's 200: a
+// protocol where the server speaks first (ssh) sends nothing.
+const sniWait = 2 * time.Second
+
+// peekSNI reads the TLS ClientHello the client sends first, if any, without consuming
+// it, and returns its server name. seen is false when the first bytes are no TLS
+// handshake (or nothing came within sniWait).
+func peekSNI(conn net.Conn, br *bufio.Reader) (sni string, seen bool) {
+	_ = conn.SetReadDeadline(time.Now().Add(sniWait))
+	defer conn.SetReadDeadline(time.Time{})
+	b, err := br.Peek(5)
+	if err != nil || b[0] != 0x16 || b[1] != 3 {
+		return "", false
+	}
+	n := int(b[3])<<8 | int(b[4])
+	if 5+n > br.Size() {
+		return "", false
+	}
+	rec, err := br.Peek(5 + n)
+	if err != nil {
+		return "", false
+	}
+	var name string
+	_ = tls.Server(helloConn{r: bytes.NewReader(rec)}, &tls.Config{
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			name = h.ServerName
+			return nil, errors.New("read")
+		},
+	}).Handshake()
+	return name, true
+}
+
+// helloConn feeds a ClientHello to crypto/tls and swallows its answer.
+type helloConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c helloConn) Read(b []byte) (int, error)       { return c.r.Read(b) }
+func (c helloConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (c helloConn) Close() error                     { return nil }
+func (c helloConn) SetDeadline(time.Time) error      { return nil }
+func (c helloConn) SetReadDeadline(time.Time) error  { return nil }
+func (c helloConn) SetWriteDeadline(time.Time) error { return nil }
+func (c helloConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c helloConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }

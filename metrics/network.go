@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// network counts the workspaces' network edges (workspace.NetObserver): egress
+// connections through the proxy (direction out) and preview connections into a port
+// (direction in). Tenants are bounded by the tenants file.
+type network struct {
+	egressConns, egressBytes   *prometheus.CounterVec
+	previewConns, previewBytes *prometheus.CounterVec
+}
+
+func newNetwork(f promauto.Factory) network {
+	return network{
+		egressConns: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "egress", Name: "connections_total",
+			Help: "Connections workspaces made through their egress proxy, by tenant and decision (allowed, denied, failed).",
+		}, []string{"tenant", "decision"}),
+		egressBytes: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "egress", Name: "bytes_total",
+			Help: "Bytes through the egress proxy, by tenant and direction (out: sent by the workspace; in: received).",
+		}, []string{"tenant", "direction"}),
+		previewConns: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "preview", Name: "connections_total",
+			Help: "Connections into workspace ports (preview URLs, port-forward), by tenant and decision.",
+		}, []string{"tenant", "decision"}),
+		previewBytes: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "preview", Name: "bytes_total",
+			Help: "Bytes through preview connections, by tenant and direction (out: sent by the workspace; in: received).",
+		}, []string{"tenant", "direction"}),
+	}
+}
+
+// NetConn counts one network-edge connection (workspace.NetObserver); direction is
+// "out" (egress) or "in" (preview).
+func (m *Metrics) NetConn(tenant, direction, decision string, out, in int64) {
+	conns, bytes := m.net.egressConns, m.net.egressBytes
+	if direction == "in" {
+		conns, bytes = m.net.previewConns, m.net.previewBytes
+	}
+	conns.WithLabelValues(tenant, decision).Inc()
+	if out > 0 {
+		bytes.WithLabelValues(tenant, "out").Add(float64(out))
+	}
+	if in > 0 {
+		bytes.WithLabelValues(tenant, "in").Add(float64(in))
+	}
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+)
+
+// dial serves OpDial on st: it connects to the port on the sandbox's loopback, answers,
+// and then pipes the connection and the stream until both ends are done.
+func (s *Server) dial(st *yamux.Stream, raw json.RawMessage) {
+	var a agent.DialArgs
+	if err := json.Unmarshal(raw, &a); err != nil || a.Port < 1 || a.Port > 65535 {
+		s.answerDial(st, agent.Errorf(agent.CodeInvalid, "", "dial: port must be 1-65535"))
+		return
+	}
+	port := strconv.Itoa(a.Port)
+	d := net.Dialer{Timeout: 10 * time.Second}
+	conn, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil && errors.Is(err, syscall.ECONNREFUSED) {
+		// A server bound to the IPv6 loopback only (Node's "localhost", for one).
+		if c6, err6 := d.Dial("tcp", net.JoinHostPort("::1", port)); err6 == nil {
+			conn, err = c6, nil
+		}
+	}
+	if err != nil {
+		code := agent.CodeInternal
+		msg := "dial port " + port + ": " + err.Error()
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			code, msg = agent.CodeRefused, "nothing is listening on port "+port+" in the workspace"
+		}
+		s.answerDial(st, &agent.WireError{Code: code, Message: msg})
+		return
+	}
+	if !s.answerDial(st, nil) {
+		conn.Close()
+		return
+	}
+	pipe(st, conn.(*net.TCPConn))
+}
+
+// answerDial sends a dial's done frame; false if the stream broke.
+func (s *Server) answerDial(st *yamux.Stream, werr *agent.WireError) bool {
+	h := &agent.Header{Done: true}
+	if werr != nil {
+		h.Error = werr
+	}
+	return agent.WriteFrame(st, h, nil) == nil
+}
+
+// pipe copies both ways until both directions are done. Each side's end of data is
+// passed on as a half-close (a yamux stream's Close is its write side's FIN), so
+// request/response protocols that close their write side work.
+func pipe(st *yamux.Stream, conn *net.TCPConn) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(conn, st)
+		_ = conn.CloseWrite()
+	}()
+	_, _ = io.Copy(st, conn)
+	_ = st.Close()
+	wg.Wait()
+	conn.Close()
+}
+
+// egressHosts are the host sessions that take egress streams, newest last.
+type egressHosts struct {
+	mu    sync.Mutex
+	list  []*yamux.Session
+	added chan struct{} // closed and replaced when a host is added
+}
+
+func (h *egressHosts) add(sess *yamux.Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.list = append(h.list, sess)
+	if h.added != nil {
+		close(h.added)
+	}
+	h.added = make(chan struct{})
+}
+
+func (h *egressHosts) remove(sess *yamux.Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, x := range h.list {
+		if x == sess {
+			h.list = append(h.list[:i], h.list[i+1:]...)
+			return
+		}
+	}
+}
+
+// pick returns the newest live host, or a channel closed when one is added.
+func (h *egressHosts) pick() (*yamux.Session, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := len(h.list) - 1; i >= 0; i-- {
+		if !h.list[i].IsClosed() {
+			return h.list[i], nil
+		}
+	}
+	if h.added == nil {
+		h.added = make(chan struct{})
+	}
+	return nil, h.added
+}
+
+// egressWait is how long a proxy connection waits for a host to connect.
+const egressWait = 10 * time.Second
+
+// ServeEgress accepts the workspace's connections to its egress proxy until l closes,
+// and hands each to the host as an OpEgress stream.
+func (s *Server) ServeEgress(l net.Listener) error {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			time.Sleep(10 * time.Millisecond) // out of descriptors: don't spin
+			continue
+		}
+		go s.egress(conn.(*net.TCPConn))
+	}
+}
+
+func (s *Server) egress(conn *net.TCPConn) {
+	deadline := time.After(egressWait)
+wait:
+	for {
+		host, added := s.egressHosts.pick()
+		if host == nil {
+			select {
+			case <-added:
+				continue
+			case <-deadline:
+				break wait
+			}
+		}
+		st, err := host.OpenStream()
+		if err == nil && agent.WriteFrame(st, &agent.Header{Op: agent.OpEgress}, nil) == nil {
+			pipe(st, conn)
+			return
+		}
+		if st != nil {
+			st.Close()
+		}
+		if !host.IsClosed() {
+			break // a live host that can't take a stream: don't spin on it
+		}
+	}
+	const body = "egress: cws is not connected to this workspace; try again in a moment\n"
+	_, _ = io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	conn.Close()
+}
