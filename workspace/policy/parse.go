@@ -20,7 +20,7 @@ const MaxPolicyBytes = 1 << 20
 var seedFields = []string{
 	"allowedPaths", "deniedPaths", "maxFileSize", "maxEditSize",
 	"allowedCommands", "envAllowlist", "confirmationRequired", "requireLandlock",
-	"suspendAfter", // a workspace may only shorten it (Narrow)
+	"suspendAfter",            // a workspace may only shorten it (Narrow)
 	"network", "previewPorts", // a workspace may only narrow them
 }
 
