@@ -196,27 +196,30 @@ var errHeaderTooLarge = errors.New("request header too large")
 // consuming them: http.ReadRequest drops the Host header of an absolute-URI request,
 // and the proxy compares it with the target.
 func peekHeader(br *bufio.Reader) (textproto.MIMEHeader, error) {
-	for n := 1; ; {
-		b, err := br.Peek(n)
-		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-			tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i+4])))
-			if _, err := tp.ReadLine(); err != nil {
-				return nil, err
+	for {
+		n := br.Buffered()
+		if n > 0 {
+			b, _ := br.Peek(n)
+			if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+				tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i+4])))
+				if _, err := tp.ReadLine(); err != nil {
+					return nil, err
+				}
+				return tp.ReadMIMEHeader()
 			}
-			return tp.ReadMIMEHeader()
+			if n >= maxHeader {
+				return nil, errHeaderTooLarge
+			}
 		}
-		if err != nil {
+		// Wait for more: Peek reads until it has n+1 bytes or fails.
+		if _, err := br.Peek(n + 1); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				return nil, errHeaderTooLarge
 			}
-			if len(b) > 0 && errors.Is(err, io.EOF) {
+			if n > 0 && errors.Is(err, io.EOF) {
 				return nil, io.ErrUnexpectedEOF
 			}
 			return nil, err
-		}
-		n = min(max(n, br.Buffered())+1, maxHeader)
-		if len(b) >= maxHeader {
-			return nil, errHeaderTooLarge
 		}
 	}
 }

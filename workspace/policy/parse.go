@@ -117,6 +117,7 @@ var knownFields = map[string][]string{
 	"":        jsonNames(reflect.TypeFor[Policy]()),
 	"limits.": jsonNames(reflect.TypeFor[Limits]()),
 	"rate.":   jsonNames(reflect.TypeFor[Rate]()),
+	"egress.": jsonNames(reflect.TypeFor[Egress]()),
 }
 
 func jsonNames(t reflect.Type) []string {
