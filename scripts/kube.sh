@@ -28,6 +28,15 @@
 #     separate module so that etcd's dependency versions do not leak into Kubernetes'.
 #   - CoreDNS v1.13.2 (the release built with client-go v0.34) with the plugins a
 #     cluster DNS needs, from deploy/kube/coredns (separate module, same reason).
+#   - NetworkPolicy enforcement: the bridge CNI enforces none, so the controller of
+#     sigs.k8s.io/kube-network-policies v0.8.0 (what kind runs: nfqueue, no nft program)
+#     runs on the host from deploy/kube/netpol, whose own main takes a kubeconfig (the
+#     upstream command reads only in-cluster configuration). This kernel has no nft
+#     queue expression (CONFIG_NFT_QUEUE), so the controller's own nftables rules fail to
+#     load (it logs that, and retries); instead two iptables rules here (netpol_queue)
+#     send every new connection a pod opens to its nfqueue, where it judges it by the
+#     NetworkPolicies as it would have. --queue-bypass: if it stops, traffic flows
+#     unjudged rather than the cluster going dark.
 #   - The pod sandbox ("pause") image is a static Go program (deploy/kube/build/pause)
 #     packed here into a one-layer image tar and imported into containerd.
 #   - From Debian: containerd 1.6 (a SECOND instance with its own root, state, socket
@@ -111,6 +120,9 @@ ETCD_BIN=$CACHE/bin/etcd-$ETCD_VERSION
 COREDNS_BIN=$CACHE/bin/coredns-$COREDNS_VERSION
 # localpv: the provisioner of StorageClass cws-local (deploy/kube/localpv, this repo).
 LOCALPV_BIN=$CACHE/bin/localpv
+# netpol: NetworkPolicy enforcement (deploy/kube/netpol).
+NETPOL_VERSION=v0.8.0
+NETPOL_BIN=$CACHE/bin/netpol-$NETPOL_VERSION
 PKI=$CACHE/pki
 KUBECONFIG_FILE=$CACHE/kubeconfig
 KUBECTL=$CACHE/kubectl
@@ -123,7 +135,7 @@ CNI_CONF_DIR=$STATE/cni/net.d
 CNI_IPAM_DIR=$STATE/cni/ipam
 HOSTPATH_DIR=/tmp/hostpath_pv
 # Start order; `down` stops in reverse.
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns localpv)
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy netpol coredns localpv)
 
 ticker=""
 cleanup() {
@@ -311,6 +323,38 @@ build_coredns() {
 	echo "$stamp" >"$tmp/.stamp"
 	rm -rf "$COREDNS_BIN" && mv "$tmp" "$COREDNS_BIN"
 	say "built CoreDNS $COREDNS_VERSION in $((SECONDS - t0))s"
+}
+
+# netpol_queue -I|-D adds (once) or removes the rules that hand every new connection
+# from a pod, forwarded or to the host, to netpol's nfqueue.
+netpol_queue() {
+	local chain rule
+	for chain in FORWARD INPUT; do
+		rule=(-m conntrack --ctstate NEW -s "$CLUSTER_CIDR" -m comment --comment cws-kube-netpol -j NFQUEUE --queue-num 98 --queue-bypass)
+		if [ "$1" = -I ]; then
+			iptables -C "$chain" "${rule[@]}" 2>/dev/null || iptables -I "$chain" "${rule[@]}"
+		else
+			while iptables -D "$chain" "${rule[@]}" 2>/dev/null; do :; done
+		fi
+	done
+}
+
+build_netpol() {
+	local src=$REPO/deploy/kube/netpol stamp
+	stamp=$(stamp_of "$src" go.mod go.sum main.go)
+	if [ -x "$NETPOL_BIN/netpol" ] && [ "$(cat "$NETPOL_BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then return 0; fi
+	say "building kube-network-policies $NETPOL_VERSION (NetworkPolicy enforcement; deploy/kube/netpol; cold about 2 min; log: $CACHE/build-netpol.log)"
+	local tmp=$NETPOL_BIN.partial t0=$SECONDS
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	if ! with_ticker "netpol $NETPOL_VERSION" "$CACHE/build-netpol.log" \
+		env -C "$src" GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 \
+		go build -v -trimpath -ldflags "-s -w" -o "$tmp/netpol" .; then
+		grep -v '^[a-zA-Z0-9._/-]*$' "$CACHE/build-netpol.log" | tail -n 30 >&2 || true
+		die "building netpol failed after $((SECONDS - t0))s (full log: $CACHE/build-netpol.log). A 'missing go.sum entry' means: cd deploy/kube/netpol && go mod tidy"
+	fi
+	echo "$stamp" >"$tmp/.stamp"
+	rm -rf "$NETPOL_BIN" && mv "$tmp" "$NETPOL_BIN"
+	say "built netpol in $((SECONDS - t0))s"
 }
 
 # ---------------------------------------------------------------- certificates
@@ -785,6 +829,7 @@ up() {
 	build_etcd
 	build_coredns
 	build_localpv
+	build_netpol
 	ip=$(host_ip)
 	make_pki "$ip"
 	write_configs "$ip"
@@ -873,6 +918,12 @@ up() {
 	start kube-proxy "curl -fsS --max-time 3 http://127.0.0.1:10256/healthz" -- \
 		"$K8S_BIN/kube-proxy" --config="$CONF/kube-proxy.yaml" --v=1
 
+	# NetworkPolicy enforcement; healthy once it has put its rules in place.
+	CONFIG_FILES=("$KUBECONFIG_FILE")
+	start netpol "grep -q 'Syncing nftables rules' $LOGS/netpol.log" -- \
+		"$NETPOL_BIN/netpol" --kubeconfig "$KUBECONFIG_FILE" --node "$NODE" --nfqueue-id 98 --v=0
+	netpol_queue -I
+
 	CONFIG_FILES=("$CONF/Corefile" "$CONF/coredns.kubeconfig")
 	start coredns "curl -fsS --max-time 3 http://127.0.0.1:10055/ready" -- \
 		"$COREDNS_BIN/coredns" -conf "$CONF/Corefile"
@@ -933,6 +984,8 @@ down() {
 	local name i netns=() id pid
 	stop localpv
 	stop coredns
+	netpol_queue -D
+	stop netpol
 	stop kube-proxy
 	if [ -x "$K8S_BIN/kube-proxy" ]; then
 		"$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || say "kube-proxy --cleanup reported an error (ignored)"

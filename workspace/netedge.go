@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -148,6 +149,9 @@ func (s *Service) DialPort(ctx context.Context, caller Caller, id string, port i
 	if err != nil {
 		if errors.Is(err, agent.ErrRefused) {
 			return nil, fmt.Errorf("%w: nothing is listening on port %d in session %s", ErrNoListener, port, id)
+		}
+		if errors.Is(err, agent.ErrInvalid) && strings.Contains(err.Error(), "unknown operation") {
+			return nil, fmt.Errorf("%w: the session's agent predates preview ports; a new session has them", ErrIncompatible)
 		}
 		return nil, mapAgentError(err)
 	}

@@ -25,7 +25,8 @@ const defaultServer = "http://127.0.0.1:9960"
 // addClientCommands adds the commands that talk to a running cws (sessions, call,
 // upload, download, doctor).
 func addClientCommands(root *cobra.Command, getenv func(string) string) {
-	root.AddCommand(sessionsCmd(getenv), snapshotsCmd(getenv), callCmd(getenv), uploadCmd(getenv), downloadCmd(getenv), diffCmd(getenv), doctorCmd(getenv))
+	root.AddCommand(sessionsCmd(getenv), snapshotsCmd(getenv), callCmd(getenv), uploadCmd(getenv), downloadCmd(getenv), diffCmd(getenv), doctorCmd(getenv),
+		portForwardCmd(getenv), portsCmd(getenv))
 }
 
 // clientFlags are the connection and output flags every client command takes.

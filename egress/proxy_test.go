@@ -1,0 +1,876 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The tests below drive Proxy.Serve in process over real loopback TCP pairs (so
+// half-close works), with httptest servers and raw TCP sinks on 127.0.0.1 as
+// destinations. Names are pinned with Proxy.Hosts; 127.0.0.1/32 is the only
+// private range the Guard lets through.
+
+// pxRules is the allow/deny list most tests use.
+func pxRules(t *testing.T) Rules {
+	t.Helper()
+	r, err := ParseRules(
+		[]string{"allowed.test", "*.wild.test", "loop2.test", "mapped.test", "mapped1.test"},
+		[]string{"bad.wild.test"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// pxRecorder collects what Proxy.Observe gets.
+type pxRecorder struct {
+	mu   sync.Mutex
+	recs []Record
+}
+
+func (r *pxRecorder) observe(rec Record) {
+	r.mu.Lock()
+	r.recs = append(r.recs, rec)
+	r.mu.Unlock()
+}
+
+func (r *pxRecorder) all() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Record(nil), r.recs...)
+}
+
+// wait returns the first record for which match is true, failing after a few seconds.
+func (r *pxRecorder) wait(t *testing.T, what string, match func(Record) bool) Record {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, rec := range r.all() {
+			if match(rec) {
+				return rec
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Observe record for %s; have %+v", what, r.all())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pxAddrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+// newPx is a proxy that may reach 127.0.0.1 only, with the test names pinned.
+func newPx() (*Proxy, *pxRecorder) {
+	rec := &pxRecorder{}
+	p := &Proxy{
+		Guard: NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil),
+		Hosts: map[string][]netip.Addr{
+			"allowed.test":  pxAddrs("127.0.0.1"),
+			"other.test":    pxAddrs("127.0.0.1"),
+			"ok.wild.test":  pxAddrs("127.0.0.1"),
+			"bad.wild.test": pxAddrs("127.0.0.1"),
+			"loop2.test":    pxAddrs("127.0.0.2"),
+			"mapped.test":   pxAddrs("::ffff:127.0.0.2"),
+			"mapped1.test":  pxAddrs("::ffff:127.0.0.1"),
+		},
+		Observe:     rec.observe,
+		DialTimeout: 2 * time.Second,
+	}
+	return p, rec
+}
+
+func listed(r Rules, max int) func(context.Context) (Policy, error) {
+	return func(context.Context) (Policy, error) { return Policy{Mode: Listed, Rules: r, MaxConns: max}, nil }
+}
+
+// dialPx connects a client to a fresh p.Serve over loopback TCP and returns the
+// client side. Cleanup closes it and checks that Serve returned.
+func dialPx(t *testing.T, p *Proxy, session string, pol func(context.Context) (Policy, error)) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- res{c, err}
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		client.Close()
+		t.Fatal(r.err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Serve(context.Background(), r.c, Target{Tenant: "t", Session: session, Policy: pol})
+	}()
+	t.Cleanup(func() {
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("Serve did not return within 5s of the client closing")
+		}
+	})
+	return client
+}
+
+// readHead reads a response head byte by byte (so nothing after it is buffered),
+// returning the status code and the head.
+func readHead(t *testing.T, c net.Conn) (int, string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var b []byte
+	one := make([]byte, 1)
+	for !bytes.HasSuffix(b, []byte("\r\n\r\n")) {
+		if _, err := c.Read(one); err != nil {
+			t.Fatalf("reading the response head (have %q): %v", b, err)
+		}
+		b = append(b, one[0])
+		if len(b) > 8<<10 {
+			t.Fatalf("response head too long: %q", b)
+		}
+	}
+	line, _, _ := strings.Cut(string(b), "\r\n")
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/1.") {
+		t.Fatalf("bad status line %q", line)
+	}
+	code, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatalf("bad status line %q", line)
+	}
+	return code, string(b)
+}
+
+// readResp reads a whole response (status and body) from br.
+func readResp(t *testing.T, c net.Conn, br *bufio.Reader) (int, string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the response body: %v", err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// expectClosed asserts the server side ends c (EOF or reset) within d.
+func expectClosed(t *testing.T, c net.Conn, br io.Reader, d time.Duration) {
+	t.Helper()
+	if br == nil {
+		br = c
+	}
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	n, err := io.Copy(io.Discard, br)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %v (read %d more bytes)", d, n)
+	}
+}
+
+func write(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func connectReq(host string, port int) string {
+	hp := net.JoinHostPort(host, strconv.Itoa(port))
+	return "CONNECT " + hp + " HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
+}
+
+// pxSink is a raw TCP destination on 127.0.0.1: it counts connections and the bytes
+// they send, optionally echoes, and closes a connection when its client does.
+type pxSink struct {
+	port     int
+	accepted atomic.Int64
+	open     atomic.Int64
+	got      atomic.Int64
+}
+
+func newSink(t *testing.T, echo bool) *pxSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &pxSink{port: ln.Addr().(*net.TCPAddr).Port}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted.Add(1)
+			s.open.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer s.open.Add(-1)
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					s.got.Add(int64(n))
+					if n > 0 && echo {
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func srvPort(t *testing.T, s *httptest.Server) int {
+	t.Helper()
+	return s.Listener.Addr().(*net.TCPAddr).Port
+}
+
+// 1. CONNECT to an allowed name, then TLS through the tunnel.
+func TestServeConnectTLS(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello over tls, sni=%s host=%s", r.TLS.ServerName, r.Host)
+	}))
+	defer srv.Close()
+	port := srvPort(t, srv)
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+
+	write(t, c, connectReq("allowed.test", port))
+	if code, head := readHead(t, c); code != 200 || !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatalf("CONNECT answered %q, want HTTP/1.1 200", head)
+	}
+	if n := p.Open("s1"); n != 1 {
+		t.Errorf("Open(s1) = %d during the tunnel, want 1", n)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true})
+	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS handshake through the tunnel: %v", err)
+	}
+	if _, err := io.WriteString(tc, "GET /x HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("reading the response through the tunnel: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "hello over tls, sni=allowed.test host=allowed.test"; resp.StatusCode != 200 || string(body) != want {
+		t.Fatalf("through the tunnel: %d %q, want 200 %q", resp.StatusCode, body, want)
+	}
+	tc.Close()
+
+	r := rec.wait(t, "the CONNECT", func(r Record) bool { return r.Method == http.MethodConnect })
+	if r.Decision != "allowed" || r.Reason != "" {
+		t.Errorf("Decision, Reason = %q, %q; want allowed, \"\"", r.Decision, r.Reason)
+	}
+	if r.Host != "allowed.test" || r.Port != port || r.Tenant != "t" || r.Session != "s1" {
+		t.Errorf("record %+v: want Host allowed.test Port %d Tenant t Session s1", r, port)
+	}
+	// The ClientHello alone is a few hundred bytes; the answer carries the cert too.
+	if r.BytesOut < 200 || r.BytesIn < int64(len(body)) {
+		t.Errorf("BytesOut, BytesIn = %d, %d; want > 200 and >= %d", r.BytesOut, r.BytesIn, len(body))
+	}
+	if r.Took <= 0 {
+		t.Errorf("Took = %v", r.Took)
+	}
+	waitOpen(t, p, "s1", 0)
+}
+
+// waitOpen waits for p.Open(session) to be want.
+func waitOpen(t *testing.T, p *Proxy, session string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Open(session) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("Open(%s) = %d, want %d", session, p.Open(session), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// 2. A ClientHello naming another server than the CONNECT host is refused.
+func TestServeConnectSNIMismatch(t *testing.T) {
+	t.Parallel()
+	sink := newSink(t, true)
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+
+	write(t, c, connectReq("allowed.test", sink.port))
+	if code, head := readHead(t, c); code != 200 {
+		t.Fatalf("CONNECT answered %q", head)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true})
+	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+	err := tc.Handshake()
+	if err == nil {
+		t.Fatal("TLS handshake with SNI evil.test succeeded")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("handshake timed out instead of the proxy closing: %v", err)
+	}
+	expectClosed(t, c, nil, 3*time.Second)
+
+	r := rec.wait(t, "the CONNECT", func(r Record) bool { return r.Method == http.MethodConnect })
+	if r.Decision != "denied" {
+		t.Errorf("Decision = %q, want denied", r.Decision)
+	}
+	if !strings.Contains(r.Reason, `"evil.test"`) || !strings.Contains(r.Reason, "allowed.test") {
+		t.Errorf("Reason %q should name both evil.test and allowed.test", r.Reason)
+	}
+	if r.Host != "allowed.test" || r.Port != sink.port || r.BytesOut != 0 || r.BytesIn != 0 {
+		t.Errorf("record %+v", r)
+	}
+	// Not one byte of the ClientHello reached the destination.
+	time.Sleep(50 * time.Millisecond)
+	if n := sink.got.Load(); n != 0 {
+		t.Errorf("the destination got %d bytes of the refused ClientHello", n)
+	}
+	waitOpen(t, p, "s1", 0)
+}
+
+// 3. Plain HTTP with an absolute URI, keep-alive, and a Host header mismatch.
+func TestServePlainHTTP(t *testing.T) {
+	t.Parallel()
+	var newConns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "plain %s %s %s proxy-auth=%q", r.Method, r.Host, r.URL.Path, r.Header.Get("Proxy-Authorization"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			newConns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	port := srvPort(t, srv)
+	hp := net.JoinHostPort("allowed.test", strconv.Itoa(port))
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	br := bufio.NewReader(c)
+
+	write(t, c, "GET http://"+hp+"/one HTTP/1.1\r\nHost: "+hp+"\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\n\r\n")
+	if code, body := readResp(t, c, br); code != 200 || body != "plain GET "+hp+" /one proxy-auth=\"\"" {
+		t.Fatalf("first request: %d %q", code, body)
+	}
+	write(t, c, "GET http://"+hp+"/two HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	if code, body := readResp(t, c, br); code != 200 || body != "plain GET "+hp+" /two proxy-auth=\"\"" {
+		t.Fatalf("second request on the same connection: %d %q", code, body)
+	}
+	if n := newConns.Load(); n != 1 {
+		t.Errorf("the destination saw %d connections for two requests, want 1 (kept alive)", n)
+	}
+	if n := p.Open("s1"); n != 1 {
+		t.Errorf("Open(s1) = %d with a kept upstream, want 1", n)
+	}
+	write(t, c, "GET http://"+hp+"/three HTTP/1.1\r\nHost: evil.test:"+strconv.Itoa(port)+"\r\n\r\n")
+	code, body := readResp(t, c, br)
+	if code != 403 || !strings.Contains(body, "Host header") || !strings.Contains(body, "evil.test") {
+		t.Fatalf("Host mismatch: %d %q, want 403 naming the Host header", code, body)
+	}
+	expectClosed(t, c, br, 3*time.Second)
+
+	var gets []Record
+	for _, r := range rec.all() {
+		if r.Method == "GET" && r.Decision == "allowed" {
+			gets = append(gets, r)
+		}
+	}
+	if len(gets) != 2 {
+		t.Fatalf("allowed GET records: %+v, want 2", gets)
+	}
+	for _, r := range gets {
+		if r.Host != "allowed.test" || r.Port != port || r.BytesOut <= 0 || r.BytesIn <= 0 {
+			t.Errorf("record %+v", r)
+		}
+	}
+	r := rec.wait(t, "the mismatch", func(r Record) bool { return r.Decision == "denied" })
+	if !strings.Contains(r.Reason, "Host header") {
+		t.Errorf("Reason %q", r.Reason)
+	}
+	waitOpen(t, p, "s1", 0)
+	if n := newConns.Load(); n != 1 {
+		t.Errorf("the destination saw %d connections, want 1", n)
+	}
+}
+
+// 4. Refusals: unlisted, denied, network false, a private address, cws itself.
+func TestServeRefusals(t *testing.T) {
+	t.Parallel()
+	rules := pxRules(t)
+	ipDeny, err := ParseRules([]string{"allowed.test"}, []string{"127.0.0.1/32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tc struct {
+		name   string
+		req    func(port int) string
+		pol    func(context.Context) (Policy, error)
+		self   bool // put the sink among Proxy.Self
+		status int
+		body   func(port int) string // the exact body, "" to skip
+		has    []string              // substrings of the body
+	}
+	ps := strconv.Itoa
+	tests := []tc{
+		{name: "unlisted CONNECT", req: func(port int) string { return connectReq("other.test", port) },
+			pol: listed(rules, 0), status: 403,
+			body: func(int) string { return "egress: other.test is not in the allow list\n" }},
+		{name: "unlisted plain GET", req: func(port int) string {
+			return "GET http://other.test:" + ps(port) + "/ HTTP/1.1\r\nHost: other.test:" + ps(port) + "\r\n\r\n"
+		}, pol: listed(rules, 0), status: 403,
+			body: func(int) string { return "egress: other.test is not in the allow list\n" }},
+		{name: "deny entry", req: func(port int) string { return connectReq("bad.wild.test", port) },
+			pol: listed(rules, 0), status: 403,
+			body: func(port int) string { return `egress: bad.wild.test:` + ps(port) + ` is denied by "bad.wild.test"` + "\n" }},
+		{name: "wildcard control", req: func(port int) string { return connectReq("ok.wild.test", port) },
+			pol: listed(rules, 0), status: 200},
+		{name: "deny CIDR of the resolved address", req: func(port int) string { return connectReq("allowed.test", port) },
+			pol: listed(ipDeny, 0), status: 403,
+			has: []string{"allowed.test:", "127.0.0.1", `denied by "127.0.0.1/32"`}},
+		{name: "network false", req: func(port int) string { return connectReq("allowed.test", port) },
+			pol:    func(context.Context) (Policy, error) { return Policy{Mode: Off}, nil },
+			status: 403, has: []string{"network is false"}},
+		{name: "network false plain", req: func(port int) string {
+			return "GET http://allowed.test:" + ps(port) + "/ HTTP/1.1\r\n\r\n"
+		}, pol: func(context.Context) (Policy, error) { return Policy{Mode: Off}, nil },
+			status: 403, has: []string{"network is false"}},
+		{name: "pinned to 127.0.0.2", req: func(port int) string { return connectReq("loop2.test", port) },
+			pol: listed(rules, 0), status: 403, has: []string{"127.0.0.2", "loopback"}},
+		{name: "open mode literal 127.0.0.2", req: func(port int) string { return connectReq("127.0.0.2", port) },
+			pol:    func(context.Context) (Policy, error) { return Policy{Mode: Open}, nil },
+			status: 403, body: func(int) string { return "egress: 127.0.0.2 is a loopback address\n" }},
+		{name: "cws itself", req: func(port int) string { return connectReq("allowed.test", port) },
+			pol: listed(rules, 0), self: true, status: 403,
+			has: []string{"cws itself", "127.0.0.1:"}},
+		{name: "policy error", req: func(port int) string { return connectReq("allowed.test", port) },
+			pol:    func(context.Context) (Policy, error) { return Policy{}, errors.New("store down") },
+			status: 503, has: []string{"store down"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sink := newSink(t, false)
+			p, rec := newPx()
+			if tt.self {
+				p.Self = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:" + ps(sink.port))}
+			}
+			c := dialPx(t, p, "s1", tt.pol)
+			br := bufio.NewReader(c)
+			write(t, c, tt.req(sink.port))
+			if tt.status == 200 {
+				if code, head := readHead(t, c); code != 200 {
+					t.Fatalf("answered %q, want 200", head)
+				}
+				deadline := time.Now().Add(3 * time.Second)
+				for sink.accepted.Load() != 1 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if n := sink.accepted.Load(); n != 1 {
+					t.Errorf("the destination accepted %d connections, want 1", n)
+				}
+				return
+			}
+			code, body := readResp(t, c, br)
+			if code != tt.status {
+				t.Errorf("status %d (%q), want %d", code, body, tt.status)
+			}
+			if tt.body != nil {
+				if want := tt.body(sink.port); body != want {
+					t.Errorf("body %q, want %q", body, want)
+				}
+			}
+			for _, s := range tt.has {
+				if !strings.Contains(body, s) {
+					t.Errorf("body %q lacks %q", body, s)
+				}
+			}
+			expectClosed(t, c, br, 3*time.Second)
+			if n := sink.accepted.Load(); n != 0 {
+				t.Errorf("the destination accepted %d connections of a refused request", n)
+			}
+			if tt.status == 503 {
+				return // refused before there is a record
+			}
+			r := rec.wait(t, "the refusal", func(Record) bool { return true })
+			if r.Decision != "denied" || r.Reason+"\n" != body || r.Port != sink.port {
+				t.Errorf("record %+v for body %q", r, body)
+			}
+			if n := p.Open("s1"); n != 0 {
+				t.Errorf("Open(s1) = %d after a refusal", n)
+			}
+		})
+	}
+	// The exact text is the rule's own.
+	if ok, rule := rules.Allows("other.test", 443); ok || "egress: "+rule+"\n" != "egress: other.test is not in the allow list\n" {
+		t.Errorf("Rules.Allows(other.test) = %v, %q", ok, rule)
+	}
+}
+
+// 5. The per-session cap.
+func TestServeMaxConns(t *testing.T) {
+	t.Parallel()
+	sink := newSink(t, false)
+	p, rec := newPx()
+	rules := pxRules(t)
+	const max, n = 5, 200
+
+	var maxSeen atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if o := p.Open("s1"); o > maxSeen.Load() {
+				maxSeen.Store(o)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+
+	conns := make([]net.Conn, n)
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		conns[i] = dialPx(t, p, "s1", listed(rules, max))
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := conns[i]
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c, connectReq("allowed.test", sink.port)); err != nil {
+				codes[i] = -1
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+			if err != nil {
+				codes[i] = -2
+				return
+			}
+			codes[i] = resp.StatusCode
+			if resp.StatusCode == 429 {
+				b, _ := io.ReadAll(resp.Body)
+				if want := "egress: the session has 5 connections open, its limit (egress.maxConnections)\n"; string(b) != want {
+					t.Errorf("429 body %q, want %q", b, want)
+				}
+			}
+			_ = c.SetDeadline(time.Time{})
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, c := range codes {
+		count[c]++
+	}
+	if count[200] != max || count[429] != n-max {
+		t.Errorf("answers %v, want %d×200 and %d×429", count, max, n-max)
+	}
+	if a := sink.accepted.Load(); a != max {
+		t.Errorf("the destination accepted %d connections, want %d", a, max)
+	}
+	if o := p.Open("s1"); o != max {
+		t.Errorf("Open(s1) = %d with %d tunnels up, want %d", o, max, max)
+	}
+
+	// Another session is not held to s1's count.
+	c2 := dialPx(t, p, "s2", listed(rules, max))
+	write(t, c2, connectReq("allowed.test", sink.port))
+	if code, head := readHead(t, c2); code != 200 {
+		t.Errorf("s2's CONNECT answered %q, want 200", head)
+	}
+	if o := p.Open("s2"); o != 1 {
+		t.Errorf("Open(s2) = %d, want 1", o)
+	}
+
+	for _, c := range conns {
+		c.Close()
+	}
+	waitOpen(t, p, "s1", 0)
+	close(stop)
+	<-sampled
+	if m := maxSeen.Load(); m > max {
+		// hold adds before it compares, so refused attempts show in Open for a moment.
+		t.Logf("Open(s1) was sampled at %d (> %d): refused attempts are counted transiently", m, max)
+	}
+	c2.Close()
+	waitOpen(t, p, "s2", 0)
+	denied := 0
+	for _, r := range rec.all() {
+		if r.Decision == "denied" && r.Session == "s1" && strings.Contains(r.Reason, "its limit") {
+			denied++
+		}
+	}
+	if denied != n-max {
+		t.Errorf("%d denied records for the cap, want %d", denied, n-max)
+	}
+}
+
+// 6a. Slowloris: a partial request line is cut off after HeaderTimeout.
+func TestServeHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	for _, trickle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trickle=%v", trickle), func(t *testing.T) {
+			t.Parallel()
+			p, _ := newPx()
+			p.HeaderTimeout = 200 * time.Millisecond
+			c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+			start := time.Now()
+			write(t, c, "GET http://allowed.te")
+			if trickle { // a byte every 50ms must not extend the deadline
+				go func() {
+					for range 40 {
+						time.Sleep(50 * time.Millisecond)
+						if _, err := c.Write([]byte("s")); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			br := bufio.NewReader(c)
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			resp, err := http.ReadResponse(br, nil)
+			took := time.Since(start)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != 400 || !strings.Contains(string(body), "timeout") {
+					t.Errorf("answered %d %q, want 400 (or a close)", resp.StatusCode, body)
+				}
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatalf("connection still open after %v", took)
+				}
+			}
+			expectClosed(t, c, br, 2*time.Second)
+			if took < 150*time.Millisecond || took > 2*time.Second {
+				t.Errorf("cut off after %v, want about 200ms", took)
+			}
+		})
+	}
+}
+
+// 6b. A request header over 64 KiB gets 431.
+func TestServeHeaderTooLarge(t *testing.T) {
+	t.Parallel()
+	p, _ := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	// Exactly maxHeader bytes and no end of header: the proxy reads them all, so it
+	// closes on an empty receive queue (no RST racing the answer).
+	req := "GET http://allowed.test/ HTTP/1.1\r\nX-Big: "
+	req += strings.Repeat("a", maxHeader-len(req))
+	go func() {
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(c, req)
+	}()
+	br := bufio.NewReader(c)
+	code, body := readResp(t, c, br)
+	if code != 431 || !strings.Contains(body, "too large") {
+		t.Fatalf("answered %d %q, want 431", code, body)
+	}
+	expectClosed(t, c, br, 2*time.Second)
+}
+
+// 7. A malformed request gets 400.
+func TestServeMalformed(t *testing.T) {
+	t.Parallel()
+	for _, req := range []string{
+		"garbage\r\n\r\n",
+		"GET http://allowed.test/ HTTP/1.1\r\nno colon here\r\n\r\n",
+		"GET https://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", // not proxied: 403
+	} {
+		t.Run("", func(t *testing.T) {
+			t.Parallel()
+			p, _ := newPx()
+			c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+			write(t, c, req)
+			br := bufio.NewReader(c)
+			code, body := readResp(t, c, br)
+			want := 400
+			if strings.HasPrefix(req, "GET https") {
+				want = 403
+			}
+			if code != want || !strings.HasPrefix(body, "egress: ") {
+				t.Errorf("%q answered %d %q, want %d", req, code, body, want)
+			}
+			expectClosed(t, c, br, 2*time.Second)
+		})
+	}
+}
+
+// 8. An idle tunnel is closed after IdleTimeout; a busy one is not.
+func TestServeIdleTimeout(t *testing.T) {
+	t.Parallel()
+	sink := newSink(t, true)
+	p, rec := newPx()
+	p.IdleTimeout = 300 * time.Millisecond
+	rules := pxRules(t)
+
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		c := dialPx(t, p, "idle", listed(rules, 0))
+		write(t, c, connectReq("allowed.test", sink.port))
+		if code, head := readHead(t, c); code != 200 {
+			t.Fatalf("CONNECT answered %q", head)
+		}
+		start := time.Now()
+		expectClosed(t, c, nil, 6*time.Second)
+		// sniWait (2s, nothing comes) + IdleTimeout + a tick.
+		if took := time.Since(start); took < 300*time.Millisecond || took > 4*time.Second {
+			t.Errorf("idle tunnel closed after %v", took)
+		}
+		r := rec.wait(t, "the idle tunnel", func(r Record) bool { return r.Session == "idle" })
+		if r.Decision != "allowed" || r.BytesOut != 0 || r.BytesIn != 0 {
+			t.Errorf("record %+v", r)
+		}
+		waitOpen(t, p, "idle", 0)
+	})
+	t.Run("busy", func(t *testing.T) {
+		t.Parallel()
+		c := dialPx(t, p, "busy", listed(rules, 0))
+		write(t, c, connectReq("allowed.test", sink.port))
+		if code, head := readHead(t, c); code != 200 {
+			t.Fatalf("CONNECT answered %q", head)
+		}
+		// Five bytes, not TLS: the SNI peek lets it through at once.
+		buf := make([]byte, 5)
+		for i := range 10 { // ~1s of traffic every 100ms, over three IdleTimeouts
+			write(t, c, fmt.Sprintf("ping%d", i))
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != fmt.Sprintf("ping%d", i) {
+				t.Fatalf("echo %d: %q, %v", i, buf, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		start := time.Now()
+		expectClosed(t, c, nil, 3*time.Second)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("closed %v after the traffic stopped", took)
+		}
+		r := rec.wait(t, "the busy tunnel", func(r Record) bool { return r.Session == "busy" })
+		if r.Decision != "allowed" || r.BytesOut != 50 || r.BytesIn != 50 {
+			t.Errorf("record %+v, want 50 bytes each way", r)
+		}
+	})
+}
+
+// 9. A name pinned to a v4-mapped v6 loopback is checked as IPv4.
+func TestServeMappedLoopback(t *testing.T) {
+	t.Parallel()
+	rules := pxRules(t)
+	open := func(context.Context) (Policy, error) { return Policy{Mode: Open}, nil }
+	for _, tt := range []struct {
+		name, host string
+		pol        func(context.Context) (Policy, error)
+		status     int
+	}{
+		{"pinned ::ffff:127.0.0.2", "mapped.test", listed(rules, 0), 403},
+		{"literal ::ffff:127.0.0.2", "::ffff:127.0.0.2", open, 403},
+		{"pinned ::ffff:127.0.0.1 (allowed private)", "mapped1.test", listed(rules, 0), 200},
+		{"literal ::ffff:127.0.0.1 (allowed private)", "::ffff:127.0.0.1", open, 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sink := newSink(t, false)
+			p, _ := newPx()
+			c := dialPx(t, p, "s1", tt.pol)
+			write(t, c, connectReq(tt.host, sink.port))
+			br := bufio.NewReader(c)
+			if tt.status == 200 {
+				if code, head := readHead(t, c); code != 200 {
+					t.Fatalf("answered %q, want 200", head)
+				}
+				return
+			}
+			code, body := readResp(t, c, br)
+			if code != 403 || !strings.Contains(body, "127.0.0.2 is a loopback address") {
+				t.Errorf("answered %d %q, want 403: 127.0.0.2 is a loopback address", code, body)
+			}
+			if n := sink.accepted.Load(); n != 0 {
+				t.Errorf("the destination accepted %d connections", n)
+			}
+		})
+	}
+}
+
+// knownBug skips a test that shows a defect of proxy.go unless
+// CWS_EGRESS_KNOWN_BUGS=1.
+func knownBug(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv("CWS_EGRESS_KNOWN_BUGS") == "" {
+		t.Skip("known bug, set CWS_EGRESS_KNOWN_BUGS=1 to run: " + what)
+	}
+}
