@@ -560,7 +560,7 @@ func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn) (out, i
 }
 
 func copyTouch(dst io.Writer, src io.Reader, last *atomic.Int64) int64 {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 256<<10)
 	var n int64
 	for {
 		r, err := src.Read(buf)

@@ -102,6 +102,10 @@ func (c *Client) Dial(ctx context.Context, port int) (net.Conn, error) {
 		}
 		return nil, h.Error
 	}
+	if !stop() { // ctx ended meanwhile and cut the stream's deadline
+		st.Close()
+		return nil, fmt.Errorf("dial port %d: %w", port, ctxErr(ctx))
+	}
 	_ = st.SetDeadline(time.Time{})
 	return st, nil
 }

@@ -45,7 +45,16 @@ func (s *Server) dial(st *yamux.Stream, raw json.RawMessage) {
 		conn.Close()
 		return
 	}
-	pipe(st, conn.(*net.TCPConn))
+	pipe(st, conn)
+}
+
+// closeWrite half-closes conn where it can, else closes it.
+func closeWrite(conn net.Conn) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = conn.Close()
 }
 
 // answerDial sends a dial's done frame; false if the stream broke.
@@ -60,18 +69,35 @@ func (s *Server) answerDial(st *yamux.Stream, werr *agent.WireError) bool {
 // pipe copies both ways until both directions are done. Each side's end of data is
 // passed on as a half-close (a yamux stream's Close is its write side's FIN), so
 // request/response protocols that close their write side work.
-func pipe(st *yamux.Stream, conn *net.TCPConn) {
+func pipe(st *yamux.Stream, conn net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(conn, st)
-		_ = conn.CloseWrite()
+		copyChunks(conn, st)
+		closeWrite(conn)
 	}()
-	_, _ = io.Copy(st, conn)
+	copyChunks(st, conn)
 	_ = st.Close()
 	wg.Wait()
 	conn.Close()
+}
+
+// copyChunks copies src to dst in chunks of up to agent.ChunkSize: a bulk transfer
+// costs the multiplexed connection few, large frames.
+func copyChunks(dst io.Writer, src io.Reader) {
+	buf := make([]byte, agent.ChunkSize)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // egressHosts are the host sessions that take egress streams, newest last.
@@ -136,11 +162,11 @@ func (s *Server) ServeEgress(l net.Listener) error {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: don't spin
 			continue
 		}
-		go s.egress(conn.(*net.TCPConn))
+		go s.egress(conn)
 	}
 }
 
-func (s *Server) egress(conn *net.TCPConn) {
+func (s *Server) egress(conn net.Conn) {
 	deadline := time.After(egressWait)
 wait:
 	for {
@@ -168,5 +194,10 @@ wait:
 	const body = "egress: cws is not connected to this workspace; try again in a moment\n"
 	_, _ = io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: "+
 		strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	// Read what the client sent before closing: closing with unread data resets the
+	// connection, and the client may lose the answer.
+	closeWrite(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
 	conn.Close()
 }
