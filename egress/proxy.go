@@ -77,7 +77,7 @@ type Proxy struct {
 	Hosts map[string][]netip.Addr
 
 	mu    sync.Mutex
-	conns map[string]*atomic.Int64 // open connections by session
+	conns map[string]int // open connections by session
 }
 
 func (p *Proxy) dialTimeout() time.Duration   { return orDur(p.DialTimeout, 10*time.Second) }
@@ -95,38 +95,29 @@ func orDur(d, def time.Duration) time.Duration {
 func (p *Proxy) Open(session string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := p.conns[session]; n != nil {
-		return n.Load()
-	}
-	return 0
+	return int64(p.conns[session])
 }
 
 // hold counts a connection of session against max; false when the session is at it.
 func (p *Proxy) hold(session string, max int) (release func(), ok bool) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.conns == nil {
-		p.conns = map[string]*atomic.Int64{}
+		p.conns = map[string]int{}
 	}
-	n := p.conns[session]
-	if n == nil {
-		n = new(atomic.Int64)
-		p.conns[session] = n
-	}
-	p.mu.Unlock()
-	if n.Add(1) > int64(max) {
-		p.drop(session, n)
+	if p.conns[session] >= max {
 		return nil, false
 	}
-	return func() { p.drop(session, n) }, true
+	p.conns[session]++
+	var once sync.Once
+	return func() { once.Do(func() { p.drop(session) }) }, true
 }
 
-func (p *Proxy) drop(session string, n *atomic.Int64) {
-	if n.Add(-1) == 0 {
-		p.mu.Lock()
-		if p.conns[session] == n && n.Load() == 0 {
-			delete(p.conns, session)
-		}
-		p.mu.Unlock()
+func (p *Proxy) drop(session string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns[session]--; p.conns[session] <= 0 {
+		delete(p.conns, session)
 	}
 }
 
@@ -200,8 +191,8 @@ func peekHeader(br *bufio.Reader) (textproto.MIMEHeader, error) {
 		n := br.Buffered()
 		if n > 0 {
 			b, _ := br.Peek(n)
-			if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-				tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i+4])))
+			if i := headerEnd(b); i >= 0 {
+				tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i])))
 				if _, err := tp.ReadLine(); err != nil {
 					return nil, err
 				}
@@ -222,6 +213,19 @@ func peekHeader(br *bufio.Reader) (textproto.MIMEHeader, error) {
 			return nil, err
 		}
 	}
+}
+
+// headerEnd is the length of the header block at the start of b (through its blank
+// line, CRLF or bare LF), or -1 while it is incomplete.
+func headerEnd(b []byte) int {
+	crlf, lf := bytes.Index(b, []byte("\r\n\r\n")), bytes.Index(b, []byte("\n\n"))
+	switch {
+	case crlf >= 0 && (lf < 0 || crlf+2 <= lf):
+		return crlf + 4
+	case lf >= 0:
+		return lf + 2
+	}
+	return -1
 }
 
 // target is the host and port a request goes to, checked against its Host header.
@@ -405,15 +409,22 @@ func (p *Proxy) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	// A TLS client names its server in the ClientHello: it must be the CONNECT host.
-	if sni, seen := peekSNI(conn, br); seen && sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), rec.Host) {
-		rec.Decision, rec.Reason = "denied", fmt.Sprintf("egress: TLS server name %q differs from the CONNECT host %s", sni, rec.Host)
-		rec.Took = time.Since(start)
-		p.observe(rec)
-		return
+	// What the client sends goes on only once its first bytes are judged: a TLS
+	// ClientHello must name the CONNECT host (or nothing). What the server sends flows
+	// at once, so a protocol whose server speaks first (ssh) works.
+	var refused string
+	gate := func() bool {
+		if err := checkHello(br, rec.Host); err != nil {
+			refused = err.Error()
+			return false
+		}
+		return true
 	}
-	rec.BytesOut, rec.BytesIn = p.pipe(conn, br, up)
+	rec.BytesOut, rec.BytesIn = p.pipe(conn, br, up, gate)
 	rec.Decision, rec.Took = "allowed", time.Since(start)
+	if refused != "" {
+		rec.Decision, rec.Reason = "denied", refused
+	}
 	p.observe(rec)
 }
 
@@ -448,7 +459,8 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 			p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: connect %s: %v", key, err))
 			return false, nil
 		}
-		up = &upstream{key: key, conn: c, br: bufio.NewReader(c), release: release}
+		up = &upstream{key: key, conn: c, release: release}
+		up.br = bufio.NewReader(touchReader{c, &up.last})
 	} else {
 		// Same target, but the policy may have changed: judge it again (no dial).
 		if pol.Mode == Off {
@@ -466,21 +478,30 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 		req.Header.Del(h)
 	}
 	req.RequestURI = ""
-	out := &counter{w: up.conn}
+	// Nothing moving either way for IdleTimeout ends the exchange (a request body that
+	// stalls, an upstream that never answers).
+	last := &up.last
+	last.Store(time.Now().UnixNano())
+	stop := p.watchdog(last, conn, up.conn)
+	defer stop()
+	out := &counter{w: up.conn, last: last}
 	upDone := make(chan error, 1)
 	go func() { upDone <- req.Write(out) }()
 	resp, err := http.ReadResponse(up.br, req)
 	if err != nil {
+		<-upDone
 		p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: %s answered no HTTP response: %v", key, err))
 		return false, up
 	}
-	in := &counter{w: conn}
+	in := &counter{w: conn, last: last}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		if err := resp.Write(in); err != nil {
+		uerr := <-upDone
+		if err := resp.Write(in); err != nil || uerr != nil {
 			return false, up
 		}
-		o, i := p.pipe(conn, br, up.conn)
-		rec.BytesOut, rec.BytesIn = out.n+o, in.n+i
+		stop()
+		o, i := p.pipe(conn, br, up.conn, nil)
+		rec.BytesOut, rec.BytesIn = out.n.Load()+o, in.n.Load()+i
 		rec.Decision, rec.Took = "allowed", time.Since(start)
 		p.observe(rec)
 		return false, up
@@ -488,7 +509,7 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 	werr := resp.Write(in)
 	resp.Body.Close()
 	uerr := <-upDone
-	rec.BytesOut, rec.BytesIn = out.n, in.n
+	rec.BytesOut, rec.BytesIn = out.n.Load(), in.n.Load()
 	rec.Decision, rec.Took = "allowed", time.Since(start)
 	p.observe(rec)
 	if werr != nil || uerr != nil || req.Close || resp.Close {
@@ -497,12 +518,27 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 	return true, up
 }
 
+// touchReader records when bytes last came through it.
+type touchReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (t touchReader) Read(b []byte) (int, error) {
+	n, err := t.r.Read(b)
+	if n > 0 {
+		t.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
 // upstream is a plain-HTTP connection to one target, kept across requests.
 type upstream struct {
 	key     string
 	conn    net.Conn
-	br      *bufio.Reader
+	br      *bufio.Reader // reads conn, touching last
 	release func()
+	last    atomic.Int64 // UnixNano of the latest byte of the exchange under way
 }
 
 func (u *upstream) close() {
@@ -510,23 +546,51 @@ func (u *upstream) close() {
 	u.release()
 }
 
-// counter counts what is written through it.
+// counter counts what is written through it, and when.
 type counter struct {
-	w io.Writer
-	n int64
+	w    io.Writer
+	n    atomic.Int64
+	last *atomic.Int64
 }
 
 func (c *counter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
-	c.n += int64(n)
+	c.n.Add(int64(n))
+	if n > 0 && c.last != nil {
+		c.last.Store(time.Now().UnixNano())
+	}
 	return n, err
 }
 
 // pipe copies both ways until both are done or nothing moved for IdleTimeout; it
-// returns the bytes sent out (client → remote) and in.
-func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn) (out, in int64) {
+// returns the bytes sent out (client → remote) and in. gate, if not nil, runs before
+// anything goes out; false ends the connection.
+func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, gate func() bool) (out, in int64) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
+	stop := p.watchdog(&last, client, remote)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if gate != nil && !gate() {
+			client.Close()
+			remote.Close()
+			return
+		}
+		out = copyTouch(remote, br, &last)
+		closeWrite(remote)
+	}()
+	in = copyTouch(client, remote, &last)
+	closeWrite(client)
+	wg.Wait()
+	return out, in
+}
+
+// watchdog closes conns once last (UnixNano of the latest byte moved) is IdleTimeout
+// old; the returned func stops it.
+func (p *Proxy) watchdog(last *atomic.Int64, conns ...net.Conn) func() {
 	idle := p.idleTimeout()
 	stop := make(chan struct{})
 	go func() {
@@ -538,25 +602,16 @@ func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn) (out, i
 				return
 			case <-t.C:
 				if time.Since(time.Unix(0, last.Load())) > idle {
-					client.Close()
-					remote.Close()
+					for _, c := range conns {
+						c.Close()
+					}
 					return
 				}
 			}
 		}
 	}()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		out = copyTouch(remote, br, &last)
-		closeWrite(remote)
-	}()
-	in = copyTouch(client, remote, &last)
-	closeWrite(client)
-	wg.Wait()
-	close(stop)
-	return out, in
+	var once sync.Once
+	return func() { once.Do(func() { close(stop) }) }
 }
 
 func copyTouch(dst io.Writer, src io.Reader, last *atomic.Int64) int64 {
@@ -587,37 +642,61 @@ func closeWrite(c net.Conn) {
 	_ = c.Close()
 }
 
-// sniWait is how long the proxy waits for a TLS ClientHello after a CONNECT's 200: a
-// protocol where the server speaks first (ssh) sends nothing.
-const sniWait = 2 * time.Second
+// maxHello bounds the ClientHello the proxy reads (its records, together).
+const maxHello = 64 << 10
 
-// peekSNI reads the TLS ClientHello the client sends first, if any, without consuming
-// it, and returns its server name. seen is false when the first bytes are no TLS
-// handshake (or nothing came within sniWait).
-func peekSNI(conn net.Conn, br *bufio.Reader) (sni string, seen bool) {
-	_ = conn.SetReadDeadline(time.Now().Add(sniWait))
-	defer conn.SetReadDeadline(time.Time{})
-	b, err := br.Peek(5)
-	if err != nil || b[0] != 0x16 || b[1] != 3 {
-		return "", false
-	}
-	n := int(b[3])<<8 | int(b[4])
-	if 5+n > br.Size() {
-		return "", false
-	}
-	rec, err := br.Peek(5 + n)
-	if err != nil {
-		return "", false
+// checkHello reads the client's first bytes without consuming them. If they are a TLS
+// handshake, the ClientHello (over as many records as it takes) must name host, or no
+// name at all; one that can't be read is refused. Anything else passes.
+func checkHello(br *bufio.Reader, host string) error {
+	b, err := br.Peek(1)
+	if err != nil || b[0] != 0x16 { // not a TLS handshake record (or nothing at all)
+		return nil
 	}
 	var name string
-	_ = tls.Server(helloConn{r: bytes.NewReader(rec)}, &tls.Config{
+	called := false
+	off := 0
+	var hs []byte // the handshake messages gathered from the records
+	for len(hs) < 4 || len(hs) < 4+hsLen(hs) {
+		hdr, err := br.Peek(off + 5)
+		if err != nil {
+			return fmt.Errorf("egress: an incomplete TLS ClientHello")
+		}
+		h := hdr[off:]
+		n := int(h[3])<<8 | int(h[4])
+		if h[0] != 0x16 || off+5+n > maxHello {
+			return fmt.Errorf("egress: a TLS ClientHello that can't be read")
+		}
+		rec, err := br.Peek(off + 5 + n)
+		if err != nil {
+			return fmt.Errorf("egress: an incomplete TLS ClientHello")
+		}
+		hs = append(hs, rec[off+5:]...)
+		off += 5 + n
+	}
+	// One record with the whole message, for crypto/tls to parse.
+	msgLen := 4 + hsLen(hs)
+	if msgLen > maxHello {
+		return fmt.Errorf("egress: a TLS ClientHello that can't be read")
+	}
+	one := append([]byte{0x16, 3, 1, byte(msgLen >> 8), byte(msgLen)}, hs[:msgLen]...)
+	_ = tls.Server(helloConn{r: bytes.NewReader(one)}, &tls.Config{
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			name = h.ServerName
+			name, called = h.ServerName, true
 			return nil, errors.New("read")
 		},
 	}).Handshake()
-	return name, true
+	if !called {
+		return fmt.Errorf("egress: a TLS ClientHello that can't be read")
+	}
+	if name != "" && !strings.EqualFold(strings.TrimSuffix(name, "."), host) {
+		return fmt.Errorf("egress: TLS server name %q differs from the CONNECT host %s", name, host)
+	}
+	return nil
 }
+
+// hsLen is the length of the handshake message whose 4-byte header starts hs.
+func hsLen(hs []byte) int { return int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3]) }
 
 // helloConn feeds a ClientHello to crypto/tls and swallows its answer.
 type helloConn struct {
