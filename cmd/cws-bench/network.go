@@ -38,7 +38,7 @@ func init() {
 		Run:   benchNetwork,
 	})
 	goals = append(goals,
-		goal{Order: 80, Figure: "egress: a 100 MB download through the proxy, vs the host directly (≥ 0.7× the throughput)", Row: "egress: 100 MB through the proxy", Anchor: "100 MB from the host directly", Slower: 1 / 0.7},
+		goal{Order: 80, Figure: "egress: a 100 MB download through the proxy, vs the host directly (≥ 0.7× the throughput)", Row: "egress: 100 MB through the proxy", Anchor: "100 MB from the host directly", Slower: 1.43},
 		goal{Order: 81, Figure: "egress: added latency per connection (CONNECT), p50", Row: "egress: connect through the proxy", Anchor: "connect from the host directly", MaxOver: 2 * time.Millisecond},
 		goal{Order: 82, Figure: "preview: small GET over a link, p50, vs the same GET inside the sandbox", Row: "preview: GET over a link", Anchor: "GET inside the sandbox", MaxOver: 1500 * time.Microsecond},
 		goal{Order: 83, Figure: "preview: WebSocket echo over a link, p50, vs inside the sandbox", Row: "preview: WebSocket echo over a link", Anchor: "WebSocket echo inside the sandbox", MaxOver: time.Millisecond},
