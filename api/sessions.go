@@ -24,12 +24,20 @@ type SessionView struct {
 	// SuspendedAt is when a suspended or archived session went to sleep.
 	SuspendedAt time.Time `json:"suspendedAt,omitzero"`
 	MCPURL      string    `json:"mcpUrl"`
+	// Tenant is set in the admin view, which spans tenants.
+	Tenant string `json:"tenant,omitempty"`
+	// Usage is the last sampled usage (GET …/usage), when there is one.
+	Usage *workspace.Usage `json:"usage,omitempty"`
 }
 
 func (s *Server) view(sess *workspace.Session) SessionView {
-	return SessionView{ID: sess.ID, Subject: sess.Subject, Image: sess.Image, State: sess.State, Labels: sess.Labels,
+	v := SessionView{ID: sess.ID, Subject: sess.Subject, Image: sess.Image, State: sess.State, Labels: sess.Labels,
 		CreatedAt: sess.CreatedAt, LastUsed: sess.LastUsed, IdleUntil: sess.IdleUntil(), ExpiresAt: sess.ExpiresAt,
 		SuspendedAt: sess.SuspendedAt, MCPURL: s.cfg.PublicURL + "/v1/sessions/" + sess.ID + "/mcp"}
+	if u, ok := s.cfg.Service.CachedUsage(sess.Tenant, sess.ID); ok {
+		v.Usage = &u
+	}
+	return v
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions (all optional).

@@ -126,7 +126,7 @@ func (l *loader) tenant(name string, e tenantEntry) *Tenant {
 		for _, sc := range *e.DefaultScopes {
 			switch {
 			case !KnownScope(sc):
-				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(AllScopes(), ", "))
+				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(KnownScopes(), ", "))
 			case !slices.Contains(t.DefaultScopes, sc):
 				t.DefaultScopes = append(t.DefaultScopes, sc)
 			}

@@ -15,6 +15,10 @@ const (
 	ScopeSessions   = "sessions"    // create, list, get, renew and delete sessions
 	ScopeArchive    = "archive"     // upload and download the whole workspace tree
 	ScopePorts      = "ports"       // reach a workspace's ports (preview URLs, port-forward)
+	// ScopeAdmin is the operator's view across tenants (/v1/admin, the console). It is
+	// never a default: only a token that carries it, of the tenant named by
+	// cws serve --admin-tenant, has it.
+	ScopeAdmin = "admin"
 )
 
 // AllScopes returns every scope, in a fixed order. It is a tenant's default unless its
@@ -26,8 +30,11 @@ func AllScopes() []string {
 // ToolScopes returns the scopes that call tools: an agent's token needs only these.
 func ToolScopes() []string { return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec} }
 
-// KnownScope reports whether s is one of [AllScopes].
-func KnownScope(s string) bool { return slices.Contains(AllScopes(), s) }
+// KnownScopes is AllScopes and ScopeAdmin.
+func KnownScopes() []string { return append(AllScopes(), ScopeAdmin) }
+
+// KnownScope reports whether s is one of [KnownScopes].
+func KnownScope(s string) bool { return slices.Contains(KnownScopes(), s) }
 
 // ParseScopes splits scope lists as people write them ("tools:read tools:write",
 // "tools:read,tools:exec"; each argument may hold several) and checks every name. The
@@ -37,7 +44,7 @@ func ParseScopes(lists ...string) ([]string, error) {
 	for _, l := range lists {
 		for _, s := range strings.FieldsFunc(l, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
 			if !KnownScope(s) {
-				return nil, fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(AllScopes(), ", "))
+				return nil, fmt.Errorf("unknown scope %q (known: %s)", s, strings.Join(KnownScopes(), ", "))
 			}
 			if !slices.Contains(out, s) {
 				out = append(out, s)

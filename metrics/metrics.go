@@ -40,6 +40,7 @@ type Metrics struct {
 	rel           reliability // reliability.go
 	life          lifecycle   // lifecycle.go
 	net           network     // network.go
+	use           usage       // network.go
 	unenforced    prometheus.Counter
 
 	// The children of the per-request vectors, by label values (labels.go): a lookup
@@ -115,6 +116,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	m.rel = newReliability(f)
 	m.life = newLifecycle(f)
 	m.net = newNetwork(f)
+	m.use = newUsage(f)
 	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost, ReapOrphanVolume} {
 		m.reaped.WithLabelValues(reason)
 	}

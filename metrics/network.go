@@ -49,3 +49,35 @@ func (m *Metrics) NetConn(tenant, direction, decision string, out, in int64) {
 		bytes.WithLabelValues(tenant, "in").Add(float64(in))
 	}
 }
+
+// usage is what sessions use, by tenant (workspace.UsageObserver).
+type usage struct {
+	cpu       *prometheus.CounterVec
+	mem, disk *prometheus.GaugeVec
+}
+
+func newUsage(f promauto.Factory) usage {
+	return usage{
+		cpu: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "session", Name: "cpu_seconds_total",
+			Help: "CPU time the tenant's sandboxes used, as sampled from the engine.",
+		}, []string{"tenant"}),
+		mem: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "session", Name: "memory_bytes",
+			Help: "Memory the tenant's running sandboxes use now, summed.",
+		}, []string{"tenant"}),
+		disk: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "session", Name: "disk_bytes",
+			Help: "Bytes in the tenant's workspaces (running ones, as last walked), summed.",
+		}, []string{"tenant"}),
+	}
+}
+
+// TenantUsage records one usage collection of a tenant (workspace.UsageObserver).
+func (m *Metrics) TenantUsage(tenant string, cpuSeconds float64, memoryBytes, diskBytes int64) {
+	if cpuSeconds > 0 {
+		m.use.cpu.WithLabelValues(tenant).Add(cpuSeconds)
+	}
+	m.use.mem.WithLabelValues(tenant).Set(float64(memoryBytes))
+	m.use.disk.WithLabelValues(tenant).Set(float64(diskBytes))
+}

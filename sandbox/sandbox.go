@@ -4,6 +4,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -93,4 +94,19 @@ type Info struct {
 	// Deleted marks a sandbox whose removal has begun (the driver marks it first), or
 	// that the engine is removing: it must never be adopted again.
 	Deleted bool
+}
+
+// Stats is what the engine says a sandbox uses now.
+type Stats struct {
+	CPUSeconds      float64 // CPU time used since it started
+	MemoryBytes     int64   // memory in use
+	MemoryPeakBytes int64   // the most it used, where the engine knows (0: unknown)
+	Processes       int     // processes (pids) in it
+}
+
+// StatsReader is what a driver may implement to say what sandboxes use: one engine
+// request per sandbox at most (fewer where the engine answers for many at once).
+// Sandboxes it can't read are left out of the answer.
+type StatsReader interface {
+	Stats(ctx context.Context, ids []string) (map[string]Stats, error)
 }

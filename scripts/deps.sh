@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deps.sh — make sure this machine can build, run and test cws.
 #
-# Installs the Docker engine (Debian docker.io), redis-server, debootstrap, git and a C
-# compiler with a static libc (gcc, libc6-dev: bin/cws-launch) when missing, and starts dockerd when `docker info` fails. Idempotent: quiet when all
+# Installs the Docker engine (Debian docker.io), redis-server, debootstrap, git, a C
+# compiler with a static libc (gcc, libc6-dev: bin/cws-launch) and Chromium (the
+# console's browser tests) when missing, and starts dockerd when `docker info` fails. Idempotent: quiet when all
 # is there, one line per action otherwise.
 set -euo pipefail
 
@@ -17,6 +18,8 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 # The native launcher (bin/cws-launch) is C, linked static: a compiler and libc.a.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ -n "$(find /usr/lib /usr/lib64 -name libc.a -print -quit 2>/dev/null)" ] || missing+=(libc6-dev)
+# The console's browser tests (console/browser_test.go) drive a headless Chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]} (apt-get)"
 	as_root apt-get update -qq

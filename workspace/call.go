@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -82,7 +84,7 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	} else {
 		s.noteLost(ctx, sess, err)
 	}
-	s.done(start, caller, sess.ID, t, res, err)
+	s.done(start, caller, sess.ID, t, args, res, err)
 	return res, err
 }
 
@@ -109,14 +111,14 @@ func (s *Service) tool(start time.Time, caller Caller, id, name string) (*Tool, 
 		return nil, &policy.Violation{Err: ErrInvalid, Rule: "tool", Detail: fmt.Sprintf("unknown tool %q", name)}
 	}
 	if err := caller.need(t.Scope, t.Name); err != nil {
-		s.done(start, caller, id, t, nil, err)
+		s.done(start, caller, id, t, nil, nil, err)
 		return nil, err
 	}
 	return t, nil
 }
 
 // done measures and audits one call.
-func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, res *Result, err error) {
+func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, args json.RawMessage, res *Result, err error) {
 	d := time.Since(start)
 	outcome, decision, rule := classify(res, err)
 	if rule != "" {
@@ -124,7 +126,30 @@ func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, 
 	}
 	s.obs.ToolCall(t.Name, outcome, d)
 	s.record(AuditRecord{Time: start.UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: session,
-		Tool: t.Name, Decision: decision, Outcome: outcome, Duration: d.Seconds(), Rule: rule})
+		Tool: t.Name, Decision: decision, Outcome: outcome, Duration: d.Seconds(), Rule: rule, Args: auditArgs(args)})
+}
+
+// auditArgsMax is how much of a call's arguments its audit record keeps.
+const auditArgsMax = 160
+
+// auditArgs is a call's arguments as one line of compact JSON, cut short.
+func auditArgs(args json.RawMessage) string {
+	if len(args) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, args) != nil {
+		return "(malformed)"
+	}
+	out := b.String()
+	if len(out) > auditArgsMax {
+		cut := auditArgsMax
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut--
+		}
+		out = out[:cut] + "…"
+	}
+	return out
 }
 
 func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {

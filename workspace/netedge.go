@@ -86,6 +86,7 @@ func (s *Service) egressRecord(r egress.Record) {
 	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: r.Tenant, Session: r.Session, Tool: "egress",
 		Decision: decision, Outcome: r.Decision, Duration: r.Took.Seconds(), Rule: r.Reason,
 		Target: net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), BytesOut: r.BytesOut, BytesIn: r.BytesIn})
+	s.noteEgress(r.Tenant, r.Session, r.Decision == "allowed", r.BytesOut, r.BytesIn)
 	if n := netObserver(s.obs); n != nil {
 		n.NetConn(r.Tenant, "out", r.Decision, r.BytesOut, r.BytesIn)
 	}

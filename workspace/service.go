@@ -76,6 +76,12 @@ type Config struct {
 	// Tools are the catalogue: every toolset's tools, in listing order (cmd/cws wires
 	// core.Tools(), lsp.Tools(), …; the service never imports a toolset).
 	Tools []*tool.Tool
+	// UsageEvery is how often every ready session's usage is sampled (usage.go); zero:
+	// never (cws serve sets DefaultUsageEvery).
+	UsageEvery time.Duration
+	// AdminTenant names the tenant whose tokens carrying scope admin have the
+	// operator's view across tenants (/v1/admin); empty: nobody has it.
+	AdminTenant string
 	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
 	// workspace makes to its proxy is refused.
 	Egress *egress.Proxy
@@ -157,6 +163,8 @@ type Service struct {
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
 	owners       sync.Map     // sandbox id → owner: the session it serves (netedge.go)
+	usage        usageTable   // by session: the last sampled usage (usage.go)
+	stopUsage    context.CancelFunc
 	linkKeyCache atomic.Value // []byte: the preview links' signing key (links.go)
 
 	counting, recount atomic.Bool  // countActiveSoon: a recount runs; another is due
@@ -215,6 +223,12 @@ func New(cfg Config) *Service {
 	}
 	go s.auditLoop()
 	go s.renewLoop()
+	s.stopUsage = func() {}
+	if s.cfg.UsageEvery > 0 {
+		uctx, cancel := context.WithCancel(context.Background())
+		s.stopUsage = cancel
+		go s.usageLoop(uctx)
+	}
 	return s
 }
 
@@ -224,6 +238,7 @@ func (s *Service) Catalog() *Catalog { return s.catalog }
 // Close writes the pending renewals, stops the audit writer after flushing what is
 // queued, and ends agent streams.
 func (s *Service) Close() {
+	s.stopUsage()
 	close(s.renewals.stop)
 	<-s.renewals.done
 	s.stopWatcher()

@@ -76,6 +76,7 @@ type AuditRecord struct {
 	Outcome  string    `json:"outcome"`  // ok, error, denied, invalid, ...
 	Duration float64   `json:"durationSeconds"`
 	Rule     string    `json:"rule,omitempty"` // the policy rule that denied it
+	Args     string    `json:"args,omitempty"` // a tool call's arguments, compact JSON cut short
 	// Network edges (Tool "egress" or "preview"): the remote end or the port, and the
 	// bytes each way (out: from the workspace).
 	Target   string `json:"target,omitempty"`

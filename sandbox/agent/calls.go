@@ -175,3 +175,23 @@ func (c *Client) LSP(ctx context.Context, a LSPArgs) (LSPResult, error) {
 	err := c.Call(ctx, OpLSP, a, nil, nil, &r)
 	return r, err
 }
+
+// DiskUsage is what the workspace tree holds.
+type DiskUsage struct {
+	Bytes   int64 `json:"bytes"`   // the regular files' sizes, summed
+	Files   int64 `json:"files"`   // entries walked
+	Partial bool  `json:"partial"` // the walk stopped at MaxUsageEntries
+}
+
+// OpUsage walks the workspace and sums its files.
+const OpUsage = "usage"
+
+// MaxUsageEntries bounds the walk of OpUsage.
+const MaxUsageEntries = 500_000
+
+// Usage returns what the workspace tree holds.
+func (c *Client) Usage(ctx context.Context) (DiskUsage, error) {
+	var r DiskUsage
+	err := c.Call(ctx, OpUsage, struct{}{}, nil, nil, &r)
+	return r, err
+}

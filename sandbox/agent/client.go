@@ -401,7 +401,7 @@ var errRetryable = errors.New("stream broken")
 
 func idempotent(op string) bool {
 	switch op {
-	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput, OpCheck:
+	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput, OpCheck, OpUsage:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"os"
+	"slices"
 )
 
 // ByTenant holds each tenant's policy: the ceilings workspace.Service enforces (it
@@ -13,6 +14,16 @@ type ByTenant map[string]*Policy
 func (b ByTenant) Policy(tenant string) (*Policy, bool) {
 	p, ok := b[tenant]
 	return p, ok
+}
+
+// TenantIDs lists the tenants, sorted (workspace.TenantLister).
+func (b ByTenant) TenantIDs() []string {
+	ids := make([]string, 0, len(b))
+	for id := range b {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // LoadFiles reads each tenant's policy file (tenant id → path); an empty path means

@@ -160,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTermRead:   s.termRead,
 		agent.OpTermInfo:   s.termInfo,
 		agent.OpTermClose:  s.termClose,
+		agent.OpUsage:      s.usage,
 	}
 	return s, nil
 }
