@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/cwsdev/cws/console"
 )
 
 // route is one endpoint: registered with gin and described in /openapi.json from the
@@ -36,6 +38,8 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/healthz", summary: "Liveness: 200 while the process runs.", handler: s.healthz, response: js, status: 200},
 		{method: "GET", path: "/readyz", summary: "Readiness: 200 when Docker and the store answer; 503 while draining.", handler: s.readyz, response: js, status: 200},
 		{method: "GET", path: "/metrics", summary: "Prometheus metrics.", handler: s.metrics, response: "text/plain", status: 200},
+		{method: "GET", path: "/console", summary: "The web console (redirects to /console/).", handler: func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/console/") }, status: 301},
+		{method: "GET", path: "/console/*file", summary: "The web console: static files; it calls this API with the token a person pastes.", handler: gin.WrapH(console.Handler("/console/")), response: "text/html", status: 200},
 		{method: "GET", path: "/openapi.json", summary: "This document.", handler: s.openapi, response: js, status: 200},
 		{method: "GET", path: "/.well-known/oauth-protected-resource", summary: "RFC 9728 protected resource metadata.", handler: s.wellKnown, response: js, status: 200},
 		{method: "ANY", path: "/mcp", summary: "MCP (Streamable HTTP, stateless) for the caller's session: the token's session claim, else one default session per (tenant, sub). ?toolsets=core,vscode,lsp.", handler: s.mcp, request: js, response: js, status: 200},

@@ -16,9 +16,12 @@ func TestEnv(t *testing.T) {
 		spec sandbox.Spec
 		want []string
 	}{
-		{"default user", sandbox.Spec{}, []string{"CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=1000:1000"}},
+		// No network device: the agent runs the egress proxy (agent.EnvEgress).
+		{"default user", sandbox.Spec{}, []string{"CWS_EGRESS=proxy", "CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=1000:1000"}},
 		{"sorted, uids last and not overridable", sandbox.Spec{User: "7:8", Env: map[string]string{"B": "2", "A": "1", "CWS_UID_GID": "0:0", "CWS_AGENT_UID_GID": "7:8"}},
-			[]string{"A=1", "B=2", "CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=7:8"}},
+			[]string{"A=1", "B=2", "CWS_EGRESS=proxy", "CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=7:8"}},
+		{"network of its own: no proxy, and the session can't ask for one", sandbox.Spec{Network: true, Env: map[string]string{"CWS_EGRESS": "proxy"}},
+			[]string{"CWS_AGENT_UID_GID=65533:65533", "CWS_UID_GID=1000:1000"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
