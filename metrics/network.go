@@ -75,9 +75,7 @@ func newUsage(f promauto.Factory) usage {
 
 // TenantUsage records one usage collection of a tenant (workspace.UsageObserver).
 func (m *Metrics) TenantUsage(tenant string, cpuSeconds float64, memoryBytes, diskBytes int64) {
-	if cpuSeconds > 0 {
-		m.use.cpu.WithLabelValues(tenant).Add(cpuSeconds)
-	}
+	m.use.cpu.WithLabelValues(tenant).Add(max(cpuSeconds, 0)) // exported at 0 from the first collection
 	m.use.mem.WithLabelValues(tenant).Set(float64(memoryBytes))
 	m.use.disk.WithLabelValues(tenant).Set(float64(diskBytes))
 }

@@ -170,7 +170,7 @@ const sum = (m: ReturnType<typeof parseMetrics>, name: string, f: (l: Record<str
 
 async function overviewPage(): Promise<void> {
   const adm = await admin();
-  const states = h("section", { "aria-labelledby": "h-states" }, h("h2", { id: "h-states" }, "Sessions by state"));
+  const states = h("section", { class: "wide", "aria-labelledby": "h-states" }, h("h2", { id: "h-states" }, adm ? "Sessions by tenant and state" : "Sessions by state"));
   const rates = h("section", { "aria-labelledby": "h-rates" }, h("h2", { id: "h-rates" }, "Calls"));
   const pool = h("section", { "aria-labelledby": "h-pool" }, h("h2", { id: "h-pool" }, "Warm pool"));
   const slow = h("section", { "aria-labelledby": "h-slow" }, h("h2", { id: "h-slow" }, "Slowest tools (mean)"));
