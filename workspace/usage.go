@@ -17,8 +17,9 @@ import (
 )
 
 // Usage is what a session uses, as last sampled: CPU, memory and processes from the
-// engine (sandbox.StatsReader), disk from a walk of the workspace by its agent, and
-// its egress from the proxy. It is collected in the background (CollectUsage), so a
+// engine (sandbox.StatsReader: docker stats, the kubelet's summary), else from the
+// sandbox's cgroup files read by its agent; disk from a walk of the workspace by its
+// agent; its egress from the proxy. It is collected in the background (CollectUsage), so a
 // read costs the engine nothing.
 type Usage struct {
 	CPUSeconds      float64   `json:"cpuSeconds"`
@@ -150,6 +151,8 @@ func (s *Service) CollectUsage(ctx context.Context) {
 	for _, sess := range all {
 		add(sess.Tenant)
 	}
+	var cpuMu sync.Mutex       // add, from the agents' goroutines below
+	engine := map[string]bool{} // sandboxes the engine answered for
 	if sr, ok := s.cfg.Sandboxes.(sandbox.StatsReader); ok && len(ids) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.UsageEvery)
 		stats, _ := sr.Stats(sctx, ids)
@@ -160,6 +163,7 @@ func (s *Service) CollectUsage(ctx context.Context) {
 			if sess == nil {
 				continue
 			}
+			engine[sb] = true
 			s.usage.update(sess.Tenant, sess.ID, func(u *Usage) {
 				if d := st.CPUSeconds - u.CPUSeconds; d > 0 && !u.SampledAt.IsZero() {
 					add(sess.Tenant).cpu += d
@@ -169,11 +173,16 @@ func (s *Service) CollectUsage(ctx context.Context) {
 			})
 		}
 	}
-	// Disk: each agent walks its tree at most once a minute, a few at a time.
+	// The agents: the disk walk at most once a minute; and the cgroup counters of the
+	// sandboxes the engine could not answer for (a cluster whose node proxy cws may not
+	// use, for one) — cheap reads of a few files inside.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
-	for _, sess := range bySandbox {
-		if u, ok := s.usage.get(sess.Tenant, sess.ID); ok && s.cfg.Now().Sub(u.DiskSampledAt) < diskEvery {
+	for sb, sess := range bySandbox {
+		u, _ := s.usage.get(sess.Tenant, sess.ID)
+		disk := s.cfg.Now().Sub(u.DiskSampledAt) >= diskEvery
+		fromEngine := engine[sb]
+		if !disk && fromEngine {
 			continue
 		}
 		wg.Add(1)
@@ -183,12 +192,24 @@ func (s *Service) CollectUsage(ctx context.Context) {
 			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			d, err := s.agentFor(sess.Sandbox).Usage(dctx)
+			d, err := s.agentFor(sess.Sandbox).Usage(dctx, agent.UsageArgs{Disk: disk})
 			if err != nil {
 				return
 			}
+			now := s.cfg.Now().UTC()
 			s.usage.update(sess.Tenant, sess.ID, func(u *Usage) {
-				u.DiskBytes, u.DiskPartial, u.DiskSampledAt = d.Bytes, d.Partial, s.cfg.Now().UTC()
+				if disk {
+					u.DiskBytes, u.DiskPartial, u.DiskSampledAt = d.Bytes, d.Partial, now
+				}
+				if !fromEngine && d.Cgroup {
+					if delta := d.CPUSeconds - u.CPUSeconds; delta > 0 && !u.SampledAt.IsZero() {
+						cpuMu.Lock()
+						add(sess.Tenant).cpu += delta
+						cpuMu.Unlock()
+					}
+					u.CPUSeconds, u.MemoryBytes, u.Processes, u.SampledAt = d.CPUSeconds, d.MemoryBytes, d.Processes, now
+					u.MemoryPeakBytes = max(u.MemoryPeakBytes, d.MemoryPeakBytes, d.MemoryBytes)
+				}
 			})
 		}()
 	}

@@ -176,11 +176,25 @@ func (c *Client) LSP(ctx context.Context, a LSPArgs) (LSPResult, error) {
 	return r, err
 }
 
-// DiskUsage is what the workspace tree holds.
+// UsageArgs chooses what OpUsage measures: the sandbox's cgroup (cheap) always, the
+// workspace tree (a walk) when Disk.
+type UsageArgs struct {
+	Disk bool `json:"disk,omitempty"`
+}
+
+// DiskUsage is what the sandbox uses: its cgroup's counters (as the kernel keeps them
+// for the container the agent runs in; zero where they can't be read) and, when
+// asked, what the workspace tree holds.
 type DiskUsage struct {
 	Bytes   int64 `json:"bytes"`   // the regular files' sizes, summed
 	Files   int64 `json:"files"`   // entries walked
 	Partial bool  `json:"partial"` // the walk stopped at MaxUsageEntries
+
+	CPUSeconds      float64 `json:"cpuSeconds"`
+	MemoryBytes     int64   `json:"memoryBytes"`
+	MemoryPeakBytes int64   `json:"memoryPeakBytes"`
+	Processes       int     `json:"processes"`
+	Cgroup          bool    `json:"cgroup"` // the cgroup counters were read
 }
 
 // OpUsage walks the workspace and sums its files.
@@ -189,9 +203,9 @@ const OpUsage = "usage"
 // MaxUsageEntries bounds the walk of OpUsage.
 const MaxUsageEntries = 500_000
 
-// Usage returns what the workspace tree holds.
-func (c *Client) Usage(ctx context.Context) (DiskUsage, error) {
+// Usage returns what the sandbox uses (and with a.Disk, what its tree holds).
+func (c *Client) Usage(ctx context.Context, a UsageArgs) (DiskUsage, error) {
 	var r DiskUsage
-	err := c.Call(ctx, OpUsage, struct{}{}, nil, nil, &r)
+	err := c.Call(ctx, OpUsage, a, nil, nil, &r)
 	return r, err
 }
