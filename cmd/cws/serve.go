@@ -247,6 +247,7 @@ cws %s is running (dev mode: tenant %q, in-memory sessions).
 
   MCP URL:  %s/mcp
   Token:    %s
+  Console:  %s/console (sign in with the token)
 
 Connect an MCP client, e.g.:
   claude mcp add --transport http cws %s/mcp --header "Authorization: Bearer %s"
@@ -256,7 +257,7 @@ Or use REST:
 
 The token is valid for 24 h. Stop with Ctrl-C (workspace containers keep running).
 
-`, version.Version, auth.DevTenantID, base, tok, base, tok, base)
+`, version.Version, auth.DevTenantID, base, tok, base, base, tok, base)
 	return nil
 }
 
