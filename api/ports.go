@@ -38,8 +38,13 @@ import (
 // TunnelProtocol is the Upgrade token of a raw TCP tunnel to a workspace port.
 const TunnelProtocol = "cws-tcp"
 
-// linkCookie carries a host-based link's capability after its first request.
-const linkCookie = "cws_preview"
+// linkCookie carries a host-based link's capability after its first request;
+// secureLinkCookie on https, where the __Host- prefix keeps a sibling preview host from
+// setting it for the whole domain.
+const (
+	linkCookie       = "cws_preview"
+	secureLinkCookie = "__Host-cws_preview"
+)
 
 // linkParam is the query parameter of a host-based link's first request.
 const linkParam = "cws-link"
@@ -61,7 +66,7 @@ func (s *Server) ports(c *gin.Context) {
 		}
 		return
 	}
-	s.proxyPort(c.Writer, c.Request, caller(c), id, port, rest)
+	s.proxyPort(c.Writer, c.Request, caller(c), id, port, rest, false)
 }
 
 // restPath is the escaped path after its first skip segments ("/" when none).
@@ -133,7 +138,7 @@ func (s *Server) pathLink(c *gin.Context) {
 		fail(c, s.log, err)
 		return
 	}
-	s.proxyPort(c.Writer, c.Request, who, id, port, restPath(c.Request.URL, 3))
+	s.proxyPort(c.Writer, c.Request, who, id, port, restPath(c.Request.URL, 3), false)
 }
 
 // previewHost reports whether r is for a host-based preview ({port}-{session}.{domain})
@@ -162,8 +167,13 @@ func (s *Server) previewHost(w http.ResponseWriter, r *http.Request) bool {
 	}
 	token := r.URL.Query().Get(linkParam)
 	fromQuery := token != ""
+	secure := strings.HasPrefix(s.cfg.PublicURL, "https:")
+	cookie := linkCookie
+	if secure {
+		cookie = secureLinkCookie
+	}
 	if !fromQuery {
-		if ck, err := r.Cookie(linkCookie); err == nil {
+		if ck, err := r.Cookie(cookie); err == nil {
 			token = ck.Value
 		}
 	}
@@ -177,8 +187,8 @@ func (s *Server) previewHost(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if fromQuery {
 		// Keep the capability in a cookie of this host only, and drop it from the URL.
-		http.SetCookie(w, &http.Cookie{Name: linkCookie, Value: token, Path: "/", HttpOnly: true,
-			Secure: strings.HasPrefix(s.cfg.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+		http.SetCookie(w, &http.Cookie{Name: cookie, Value: token, Path: "/", HttpOnly: true,
+			Secure: secure, SameSite: http.SameSiteLaxMode})
 		q := r.URL.Query()
 		q.Del(linkParam)
 		u := *r.URL
@@ -186,7 +196,7 @@ func (s *Server) previewHost(w http.ResponseWriter, r *http.Request) bool {
 		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 		return true
 	}
-	s.proxyPort(w, r, who, id, port, r.URL.EscapedPath())
+	s.proxyPort(w, r, who, id, port, r.URL.EscapedPath(), true)
 	return true
 }
 
@@ -199,7 +209,7 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 }
 
 // proxyPort proxies r to port of session id as who, with path as the request's path.
-func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, who workspace.Caller, id string, port int, path string) {
+func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, who workspace.Caller, id string, port int, path string, ownOrigin bool) {
 	ctx := r.Context()
 	if err := s.cfg.Service.CheckPort(ctx, who, id, port); err != nil {
 		writeError(w, s.log, err)
@@ -213,25 +223,51 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, who workspace
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", key
-			pr.Out.URL.Path, pr.Out.URL.RawPath = "", ""
-			if u, err := url.Parse(path); err == nil {
-				pr.Out.URL.Path, pr.Out.URL.RawPath = u.Path, u.RawPath
-			}
+			pr.Out.URL.RawPath = path
+			pr.Out.URL.Path, _ = url.PathUnescape(path)
 			pr.Out.Host = r.Host
 			pr.Out.Header.Del("Authorization") // the caller's token is cws's, never the app's
 			stripCookie(pr.Out, linkCookie)
+			stripCookie(pr.Out, secureLinkCookie)
 			pr.SetXForwarded()
 		},
 		Transport:     s.previews.transport,
 		FlushInterval: -1, // server-sent events and streamed bodies pass as they come
+		ModifyResponse: func(resp *http.Response) error {
+			if !ownOrigin {
+				// The app is served from cws's own origin (a token or a path-based link):
+				// it runs in an opaque origin, so it can't read the console's storage,
+				// register a service worker over cws, or set cookies for cws's host.
+				// Apps that need cookies or absolute paths get --preview-domain.
+				resp.Header.Del("Set-Cookie")
+				resp.Header.Del("Service-Worker-Allowed")
+				resp.Header.Add("Content-Security-Policy", "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads")
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
+			}
+			if !isDomainError(err) {
+				// The app accepted and then closed, or answered something that isn't HTTP.
+				err = fmt.Errorf("%w: the app on port %d answered no HTTP response (%v)", workspace.ErrNoListener, port, err)
 			}
 			writeError(w, s.log, err)
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// isDomainError reports whether err is one of the workspace's kinds (a refusal, a
+// lost session, …) rather than the app's failure.
+func isDomainError(err error) bool {
+	for _, k := range workspace.Kinds {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // stripCookie removes the cookie named name from r.
@@ -283,6 +319,14 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request, who workspace.Ca
 	if cw, ok := client.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
+	// The app is done: the client gets a moment to finish its side, and no more (a
+	// client that keeps its socket open must not pin the stream).
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	client.Close()
+	conn.Close()
 	<-done
 }
 

@@ -121,6 +121,14 @@ func (p *Proxy) drop(session string) {
 	}
 }
 
+// maxConns is pol's cap on a session's concurrent connections.
+func maxConns(pol Policy) int {
+	if pol.MaxConns > 0 {
+		return pol.MaxConns
+	}
+	return DefaultMaxConns
+}
+
 // maxHeader is the largest request header the proxy reads.
 const maxHeader = 64 << 10
 
@@ -128,6 +136,20 @@ const maxHeader = 64 << 10
 // absolute URI) for t until conn ends. It owns conn.
 func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 	defer conn.Close()
+	// Every connection counts against the session's cap from the moment it is
+	// accepted, whether or not it ever sends a request.
+	pol, err := t.Policy(ctx)
+	if err != nil {
+		refuse(conn, http.StatusServiceUnavailable, "egress: the session's policy is unavailable: "+err.Error())
+		return
+	}
+	release, ok := p.hold(t.Session, maxConns(pol))
+	if !ok {
+		p.deny(conn, Record{Tenant: t.Tenant, Session: t.Session}, http.StatusTooManyRequests,
+			fmt.Sprintf("egress: the session has %d connections open, its limit (egress.maxConnections)", maxConns(pol)))
+		return
+	}
+	defer release()
 	br := bufio.NewReaderSize(conn, maxHeader)
 	first := true
 	var up *upstream
@@ -156,7 +178,7 @@ func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 		}
 		_ = conn.SetReadDeadline(time.Time{})
 		first = false
-		pol, err := t.Policy(ctx)
+		pol, err = t.Policy(ctx) // the policy in force now, for each request
 		if err != nil {
 			refuse(conn, http.StatusServiceUnavailable, "egress: the session's policy is unavailable: "+err.Error())
 			return
@@ -187,30 +209,43 @@ var errHeaderTooLarge = errors.New("request header too large")
 // consuming them: http.ReadRequest drops the Host header of an absolute-URI request,
 // and the proxy compares it with the target.
 func peekHeader(br *bufio.Reader) (textproto.MIMEHeader, error) {
+	if err := waitHeader(br); err != nil {
+		return nil, err
+	}
+	b, _ := br.Peek(br.Buffered())
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:headerEnd(b)])))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil, err
+	}
+	return tp.ReadMIMEHeader()
+}
+
+// waitHeader waits until br holds a whole header block (through its blank line), at
+// most maxHeader bytes (errHeaderTooLarge), scanning each byte once.
+func waitHeader(br *bufio.Reader) error {
+	scanned := 0
 	for {
 		n := br.Buffered()
 		if n > 0 {
 			b, _ := br.Peek(n)
-			if i := headerEnd(b); i >= 0 {
-				tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:i])))
-				if _, err := tp.ReadLine(); err != nil {
-					return nil, err
-				}
-				return tp.ReadMIMEHeader()
+			from := max(0, scanned-3)
+			if headerEnd(b[from:]) >= 0 || from > 0 && headerEnd(b[max(0, from-1):]) >= 0 {
+				return nil
 			}
+			scanned = n
 			if n >= maxHeader {
-				return nil, errHeaderTooLarge
+				return errHeaderTooLarge
 			}
 		}
 		// Wait for more: Peek reads until it has n+1 bytes or fails.
 		if _, err := br.Peek(n + 1); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
-				return nil, errHeaderTooLarge
+				return errHeaderTooLarge
 			}
 			if n > 0 && errors.Is(err, io.EOF) {
-				return nil, io.ErrUnexpectedEOF
+				return io.ErrUnexpectedEOF
 			}
-			return nil, err
+			return err
 		}
 	}
 }
@@ -380,21 +415,16 @@ func refuse(conn net.Conn, status int, reason string) {
 	_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nProxy-Connection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)
+	// Read what the client sent before the caller closes: a close with unread data
+	// resets the connection, and the client may lose the answer.
+	closeWrite(conn)
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 64<<10))
 }
 
 // connect serves a CONNECT: judge, dial, 200, then pipe.
 func (p *Proxy) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, rec Record, pol Policy) {
 	start := time.Now()
-	max := pol.MaxConns
-	if max <= 0 {
-		max = DefaultMaxConns
-	}
-	release, ok := p.hold(rec.Session, max)
-	if !ok {
-		p.deny(conn, rec, http.StatusTooManyRequests, fmt.Sprintf("egress: the session has %d connections open, its limit (egress.maxConnections)", max))
-		return
-	}
-	defer release()
 	addrs, err := p.judge(ctx, rec.Host, rec.Port, pol)
 	if err != nil {
 		p.deny(conn, rec, http.StatusForbidden, err.Error())
@@ -420,7 +450,7 @@ func (p *Proxy) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 		}
 		return true
 	}
-	rec.BytesOut, rec.BytesIn = p.pipe(conn, br, up, gate)
+	rec.BytesOut, rec.BytesIn = p.pipe(conn, br, up, nil, gate)
 	rec.Decision, rec.Took = "allowed", time.Since(start)
 	if refused != "" {
 		rec.Decision, rec.Reason = "denied", refused
@@ -433,34 +463,23 @@ func (p *Proxy) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, req *http.Request, rec Record, pol Policy, up *upstream) (bool, *upstream) {
 	start := time.Now()
 	key := net.JoinHostPort(rec.Host, strconv.Itoa(rec.Port))
-	if up != nil && up.key != key {
-		up.close()
+	if up != nil && (up.key != key || !up.alive()) {
+		up.close() // another target, or closed by the server since the last exchange
 		up = nil
 	}
 	if up == nil {
-		max := pol.MaxConns
-		if max <= 0 {
-			max = DefaultMaxConns
-		}
-		release, ok := p.hold(rec.Session, max)
-		if !ok {
-			p.deny(conn, rec, http.StatusTooManyRequests, fmt.Sprintf("egress: the session has %d connections open, its limit (egress.maxConnections)", max))
-			return false, nil
-		}
 		addrs, err := p.judge(ctx, rec.Host, rec.Port, pol)
 		if err != nil {
-			release()
 			p.deny(conn, rec, http.StatusForbidden, err.Error())
 			return false, nil
 		}
 		c, err := p.dial(ctx, addrs, rec.Port)
 		if err != nil {
-			release()
 			p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: connect %s: %v", key, err))
 			return false, nil
 		}
-		up = &upstream{key: key, conn: c, release: release}
-		up.br = bufio.NewReader(touchReader{c, &up.last})
+		up = &upstream{key: key, conn: c}
+		up.br = bufio.NewReaderSize(touchReader{c, &up.last}, maxHeader)
 	} else {
 		// Same target, but the policy may have changed: judge it again (no dial).
 		if pol.Mode == Off {
@@ -474,6 +493,7 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 			}
 		}
 	}
+	up.used = true
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
 		req.Header.Del(h)
 	}
@@ -487,20 +507,37 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 	out := &counter{w: up.conn, last: last}
 	upDone := make(chan error, 1)
 	go func() { upDone <- req.Write(out) }()
-	resp, err := http.ReadResponse(up.br, req)
-	if err != nil {
-		<-upDone
-		p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: %s answered no HTTP response: %v", key, err))
-		return false, up
-	}
 	in := &counter{w: conn, last: last}
+	var resp *http.Response
+	for {
+		// The response's header, at most maxHeader bytes; informational answers
+		// (100 Continue, 103) go to the client as they come.
+		err := waitHeader(up.br)
+		if err == nil {
+			resp, err = http.ReadResponse(up.br, req)
+		}
+		if err != nil {
+			stop()
+			up.conn.Close() // ends the request's write, if it is stuck
+			<-upDone
+			p.deny(conn, rec, http.StatusBadGateway, fmt.Sprintf("egress: %s answered no HTTP response: %v", key, err))
+			return false, up
+		}
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			if err := resp.Write(in); err != nil {
+				return false, up
+			}
+			continue
+		}
+		break
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		uerr := <-upDone
 		if err := resp.Write(in); err != nil || uerr != nil {
 			return false, up
 		}
 		stop()
-		o, i := p.pipe(conn, br, up.conn, nil)
+		o, i := p.pipe(conn, br, up.conn, up.br, nil)
 		rec.BytesOut, rec.BytesIn = out.n.Load()+o, in.n.Load()+i
 		rec.Decision, rec.Took = "allowed", time.Since(start)
 		p.observe(rec)
@@ -534,16 +571,26 @@ func (t touchReader) Read(b []byte) (int, error) {
 
 // upstream is a plain-HTTP connection to one target, kept across requests.
 type upstream struct {
-	key     string
-	conn    net.Conn
-	br      *bufio.Reader // reads conn, touching last
-	release func()
-	last    atomic.Int64 // UnixNano of the latest byte of the exchange under way
+	key  string
+	conn net.Conn
+	br   *bufio.Reader // reads conn, touching last
+	last atomic.Int64  // UnixNano of the latest byte of the exchange under way
+	used bool          // it carried an exchange before this one
 }
 
-func (u *upstream) close() {
-	u.conn.Close()
-	u.release()
+func (u *upstream) close() { u.conn.Close() }
+
+// alive reports whether a kept-alive upstream is still open and quiet: a server that
+// closed it (its idle timeout) or sent something unasked can't take the next request.
+func (u *upstream) alive() bool {
+	if u.br.Buffered() > 0 {
+		return false
+	}
+	_ = u.conn.SetReadDeadline(time.Now().Add(time.Millisecond))
+	_, err := u.br.Peek(1)
+	_ = u.conn.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // counter counts what is written through it, and when.
@@ -565,7 +612,10 @@ func (c *counter) Write(b []byte) (int, error) {
 // pipe copies both ways until both are done or nothing moved for IdleTimeout; it
 // returns the bytes sent out (client → remote) and in. gate, if not nil, runs before
 // anything goes out; false ends the connection.
-func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, gate func() bool) (out, in int64) {
+func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, from io.Reader, gate func() bool) (out, in int64) {
+	if from == nil {
+		from = remote
+	}
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	stop := p.watchdog(&last, client, remote)
@@ -582,7 +632,7 @@ func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, gate fu
 		out = copyTouch(remote, br, &last)
 		closeWrite(remote)
 	}()
-	in = copyTouch(client, remote, &last)
+	in = copyTouch(client, from, &last)
 	closeWrite(client)
 	wg.Wait()
 	return out, in

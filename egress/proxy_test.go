@@ -565,9 +565,7 @@ func TestServeRefusals(t *testing.T) {
 			if r.Decision != "denied" || r.Reason+"\n" != body || r.Port != sink.port {
 				t.Errorf("record %+v for body %q", r, body)
 			}
-			if n := p.Open("s1"); n != 0 {
-				t.Errorf("Open(s1) = %d after a refusal", n)
-			}
+			waitOpen(t, p, "s1", 0) // the slot goes once the refused connection has closed
 		})
 	}
 	// The exact text is the rule's own.
@@ -1103,4 +1101,504 @@ func TestOpenCountsRefused(t *testing.T) {
 	if most > 1 {
 		t.Errorf("Open(s) sampled at %d with 1 connection open", most)
 	}
+}
+
+// pxRaw is a raw TCP destination on 127.0.0.1 that runs serve on each connection it
+// accepts (n counts them from 1). stop closes the listener and every connection and
+// waits for the serve goroutines; tests defer it so it runs before dialPx's cleanup
+// waits for Serve, and t.Cleanup runs it too.
+type pxRaw struct {
+	port     int
+	hp       func(host string) string
+	accepted atomic.Int64
+	stop     func()
+}
+
+func newRaw(t *testing.T, serve func(n int64, c net.Conn)) *pxRaw {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &pxRaw{port: ln.Addr().(*net.TCPAddr).Port}
+	u.hp = func(host string) string { return net.JoinHostPort(host, strconv.Itoa(u.port)) }
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	var once sync.Once
+	u.stop = func() {
+		once.Do(func() {
+			ln.Close()
+			mu.Lock()
+			for _, c := range conns {
+				c.Close()
+			}
+			mu.Unlock()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(u.stop)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := u.accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serve(n, c)
+			}()
+		}
+	}()
+	return u
+}
+
+// rawAnswer writes a 200 with body msg and a Content-Length (and nothing about the
+// connection's fate).
+func rawAnswer(c net.Conn, msg string) error {
+	_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+	return err
+}
+
+// Expect: 100-continue through plain HTTP: the destination's 100 reaches the client
+// before the client sends its body, then the final 200 with its body; the next
+// request on the kept-alive connection gets its own answer, not a leftover.
+func TestServeExpectContinue(t *testing.T) {
+	t.Parallel()
+	up := newRaw(t, func(n int64, c net.Conn) {
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.Header.Get("Expect") == "100-continue" {
+				if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+					return
+				}
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return
+			}
+			if rawAnswer(c, fmt.Sprintf("conn=%d req=%d %s %s body=%q", n, i, req.Method, req.URL.Path, body)) != nil {
+				return
+			}
+		}
+	})
+	defer up.stop()
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	hp := up.hp("allowed.test")
+
+	// The body goes only once the 100 is in: a proxy that held the 100 back (or
+	// dropped Expect) leaves both sides waiting.
+	write(t, c, "POST http://"+hp+"/upload HTTP/1.1\r\nHost: "+hp+"\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	code, head := readHead(t, c)
+	if code != 100 {
+		t.Fatalf("first answer %q, want 100 Continue", head)
+	}
+	write(t, c, "hello")
+	br := bufio.NewReader(c)
+	if code, body := readResp(t, c, br); code != 200 || body != `conn=1 req=0 POST /upload body="hello"` {
+		t.Fatalf("after the 100: %d %q, want 200 %q", code, body, `conn=1 req=0 POST /upload body="hello"`)
+	}
+	write(t, c, "GET http://"+hp+"/two HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	if code, body := readResp(t, c, br); code != 200 || body != `conn=1 req=1 GET /two body=""` {
+		t.Fatalf("the next request on the kept-alive connection: %d %q, want 200 %q", code, body, `conn=1 req=1 GET /two body=""`)
+	}
+	if n := up.accepted.Load(); n != 1 {
+		t.Errorf("the destination accepted %d connections, want 1 (kept alive)", n)
+	}
+	// Nothing more is waiting on the client connection (no stray answer).
+	_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if b, err := br.ReadByte(); err == nil {
+		t.Errorf("a stray byte %q after the second answer", b)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	r := rec.wait(t, "the POST", func(r Record) bool { return r.Method == http.MethodPost })
+	if r.Decision != "allowed" || r.BytesOut < 5 || r.BytesIn < int64(len(`conn=1 req=0 POST /upload body="hello"`)) {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// 101 through plain HTTP with the destination's first bytes in the same write as the
+// 101: the client gets the 101, then those bytes, then bytes flow both ways.
+func TestServeUpgradeFirstBytes(t *testing.T) {
+	t.Parallel()
+	up := newRaw(t, func(_ int64, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\nHELLO"); err != nil {
+			return
+		}
+		// Then echo, upper-cased, until the client half-closes.
+		buf := make([]byte, 1024)
+		for {
+			n, err := br.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(bytes.ToUpper(buf[:n])); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				_, _ = io.WriteString(c, "BYE")
+				return
+			}
+		}
+	})
+	defer up.stop()
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	hp := up.hp("allowed.test")
+	write(t, c, "GET http://"+hp+"/ws HTTP/1.1\r\nHost: "+hp+"\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n")
+	if code, head := readHead(t, c); code != 101 {
+		t.Fatalf("answered %q, want 101", head)
+	}
+	buf := make([]byte, 5)
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HELLO" {
+		t.Fatalf("the bytes sent with the 101: %q, %v; want HELLO", buf, err)
+	}
+	for _, s := range []string{"ping", "again"} {
+		write(t, c, s)
+		got := make([]byte, len(s))
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != strings.ToUpper(s) {
+			t.Fatalf("after the 101, sent %q, got back %q, %v; want %q", s, got, err, strings.ToUpper(s))
+		}
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	rest, err := io.ReadAll(c)
+	if err != nil || string(rest) != "BYE" {
+		t.Errorf("after the client's half-close: %q, %v; want BYE then EOF", rest, err)
+	}
+	r := rec.wait(t, "the upgrade", func(Record) bool { return true })
+	if r.Decision != "allowed" || r.BytesOut < int64(len("pingagain")) || r.BytesIn < int64(len("HELLOPINGAGAINBYE")) {
+		t.Errorf("record %+v", r)
+	}
+	waitOpen(t, p, "s1", 0)
+}
+
+// A kept-alive destination connection that the server closed while idle (no
+// Connection: close, it just closes after its answer): the client's next request
+// goes on a fresh connection and gets a 200, not a 502.
+func TestServeUpstreamClosedIdle(t *testing.T) {
+	t.Parallel()
+	up := newRaw(t, func(n int64, c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		_ = rawAnswer(c, fmt.Sprintf("conn=%d %s", n, req.URL.Path))
+		// and close at once, without saying so
+	})
+	defer up.stop()
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	br := bufio.NewReader(c)
+	hp := up.hp("allowed.test")
+	write(t, c, "GET http://"+hp+"/one HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	if code, body := readResp(t, c, br); code != 200 || body != "conn=1 /one" {
+		t.Fatalf("first request: %d %q", code, body)
+	}
+	time.Sleep(200 * time.Millisecond) // the server's close reaches the proxy
+	write(t, c, "GET http://"+hp+"/two HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	if code, body := readResp(t, c, br); code != 200 || body != "conn=2 /two" {
+		t.Fatalf("second request after the destination closed its idle connection: %d %q, want 200 %q", code, body, "conn=2 /two")
+	}
+	if n := up.accepted.Load(); n != 2 {
+		t.Errorf("the destination accepted %d connections, want 2", n)
+	}
+	if n := p.Open("s1"); n != 1 {
+		t.Errorf("Open(s1) = %d, want 1", n)
+	}
+	for _, r := range rec.all() {
+		if r.Decision != "allowed" {
+			t.Errorf("record %+v", r)
+		}
+	}
+}
+
+// A destination whose response header never ends: the client gets a 502 and the
+// proxy stops reading (it closes the destination connection) after a bounded amount,
+// rather than buffering without end.
+func TestServeUpstreamEndlessHeader(t *testing.T) {
+	t.Parallel()
+	type result struct {
+		wrote int64
+		err   error
+		took  time.Duration
+	}
+	done := make(chan result, 1)
+	line := []byte("X-A: " + strings.Repeat("a", 1017) + "\r\n") // 1 KiB
+	up := newRaw(t, func(_ int64, c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			done <- result{err: err}
+			return
+		}
+		start := time.Now()
+		// A write that blocks this long means the proxy stopped reading but kept
+		// the connection: the test reports it as a timeout.
+		_ = c.SetWriteDeadline(start.Add(4 * time.Second))
+		n, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		wrote := int64(n)
+		for err == nil {
+			n, err = c.Write(line)
+			wrote += int64(n)
+		}
+		done <- result{wrote, err, time.Since(start)}
+	})
+	defer up.stop()
+	p, rec := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	hp := up.hp("allowed.test")
+	start := time.Now()
+	write(t, c, "GET http://"+hp+"/ HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(4 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer %v into an endless response header: %v", time.Since(start), err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.HasPrefix(string(body), "egress: ") {
+		t.Errorf("answered %d %q, want 502", resp.StatusCode, body)
+	}
+	var ne net.Error
+	select {
+	case r := <-done:
+		if errors.As(r.err, &ne) && ne.Timeout() {
+			t.Errorf("the destination's writes blocked for %v (%d bytes written): the proxy stopped reading but kept the connection open", r.took, r.wrote)
+		} else if r.took > 4*time.Second {
+			t.Errorf("the destination could write for %v", r.took)
+		}
+		// What the proxy read is at most its 64 KiB header buffer; the rest sat in
+		// the sockets' buffers.
+		if r.wrote > 32<<20 {
+			t.Errorf("the destination wrote %d bytes before the proxy stopped reading", r.wrote)
+		}
+		t.Logf("the destination wrote %d bytes in %v before %v", r.wrote, r.took, r.err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the destination still writing 5s after the 502")
+	}
+	expectClosed(t, c, br, 2*time.Second)
+	r := rec.wait(t, "the failure", func(Record) bool { return true })
+	if r.Decision != "failed" {
+		t.Errorf("record %+v, want failed", r)
+	}
+	waitOpen(t, p, "s1", 0)
+}
+
+// The session's cap counts connections from the moment Serve has them, before any
+// request: three idle ones fill a cap of 3, a fourth is refused with 429, and closing
+// an idle one frees its slot.
+func TestServeMaxConnsIdle(t *testing.T) {
+	t.Parallel()
+	sink := newSink(t, false)
+	p, rec := newPx()
+	pol := listed(pxRules(t), 3)
+	var idle []net.Conn
+	for range 3 {
+		idle = append(idle, dialPx(t, p, "s1", pol))
+	}
+	waitOpen(t, p, "s1", 3)
+
+	c4 := dialPx(t, p, "s1", pol)
+	write(t, c4, connectReq("allowed.test", sink.port))
+	br := bufio.NewReader(c4)
+	code, body := readResp(t, c4, br)
+	if want := "egress: the session has 3 connections open, its limit (egress.maxConnections)\n"; code != 429 || body != want {
+		t.Errorf("a 4th connection with 3 idle ones open: %d %q, want 429 %q", code, body, want)
+	}
+	expectClosed(t, c4, br, 3*time.Second)
+	if n := sink.accepted.Load(); n != 0 {
+		t.Errorf("the destination accepted %d connections of a refused CONNECT", n)
+	}
+	if n := p.Open("s1"); n != 3 {
+		t.Errorf("Open(s1) = %d after the refusal, want 3", n)
+	}
+	r := rec.wait(t, "the refusal", func(r Record) bool { return r.Decision == "denied" })
+	if r.Session != "s1" || r.Tenant != "t" || !strings.Contains(r.Reason, "its limit") {
+		t.Errorf("record %+v", r)
+	}
+
+	idle[0].Close()
+	waitOpen(t, p, "s1", 2)
+	c5 := dialPx(t, p, "s1", pol)
+	write(t, c5, connectReq("allowed.test", sink.port))
+	if code, head := readHead(t, c5); code != 200 {
+		t.Fatalf("a CONNECT after an idle connection closed: %q, want 200", head)
+	}
+	if n := p.Open("s1"); n != 3 {
+		t.Errorf("Open(s1) = %d with 2 idle and a tunnel, want 3", n)
+	}
+}
+
+// A request header dripped a byte at a time (20 KiB, its end split over four reads)
+// is read in time: each byte is scanned once, and an end of header that arrives a
+// byte at a time is seen.
+func TestServeHeaderDrip(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "pad=%d", len(r.Header.Get("X-Pad")))
+	}))
+	defer srv.Close()
+	p, _ := newPx()
+	p.HeaderTimeout = 10 * time.Second
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	hp := net.JoinHostPort("allowed.test", strconv.Itoa(srvPort(t, srv)))
+	head := "GET http://" + hp + "/ HTTP/1.1\r\nHost: " + hp + "\r\nX-Pad: "
+	pad := 20<<10 - len(head) - 4
+	req := head + strings.Repeat("a", pad) + "\r\n\r\n"
+	start := time.Now()
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	for i := range len(req) {
+		if _, err := c.Write([]byte{req[i]}); err != nil {
+			t.Fatalf("write byte %d: %v", i, err)
+		}
+		// A byte every millisecond would take 20s, over HeaderTimeout: pause a
+		// millisecond every 16 bytes, and between each of the last four.
+		if i%16 == 15 || i >= len(req)-4 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	dripped := time.Since(start)
+	br := bufio.NewReader(c)
+	code, body := readResp(t, c, br)
+	if want := fmt.Sprintf("pad=%d", pad); code != 200 || body != want {
+		t.Fatalf("answered %d %q, want 200 %q", code, body, want)
+	}
+	if took := time.Since(start); took-dripped > 2*time.Second {
+		t.Errorf("answered %v after the last byte (dripping took %v)", took-dripped, dripped)
+	}
+	t.Logf("dripped %d bytes in %v; answered %v after", len(req), dripped, time.Since(start)-dripped)
+}
+
+// waitHeader sees the end of a header whatever way the reads split it.
+func TestWaitHeaderSplitEnd(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"\r\n\r\n", "\n\n", "\r\n\n"} {
+		req := "GET http://allowed.test/ HTTP/1.1\nHost: allowed.test" + end + "BODY"
+		for cut := 1; cut < len(req); cut++ {
+			// The first read brings req[:cut], then a byte per read.
+			r := &splitReader{b: []byte(req), first: cut}
+			br := bufio.NewReaderSize(r, maxHeader)
+			if err := waitHeader(br); err != nil {
+				t.Errorf("end %q, first read %d bytes: %v", end, cut, err)
+				continue
+			}
+			// It stops reading once the end is in (a byte at a time past the first read).
+			if at := strings.Index(req, "BODY"); r.off > max(cut, at) {
+				t.Errorf("end %q, first read %d bytes: read %d bytes, past the end of the header at %d", end, cut, r.off, at)
+			}
+		}
+	}
+	// Byte by byte, 60 KiB: linear, so well under a second even under -race.
+	req := "GET http://allowed.test/ HTTP/1.1\r\nX-Pad: " + strings.Repeat("a", 60<<10) + "\r\n\r\n"
+	start := time.Now()
+	if err := waitHeader(bufio.NewReaderSize(&splitReader{b: []byte(req), first: 1}, maxHeader)); err != nil {
+		t.Fatalf("60 KiB byte by byte: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("60 KiB byte by byte took %v", took)
+	}
+	// One byte over the limit, byte by byte: errHeaderTooLarge, not a hang or EOF.
+	big := "GET http://allowed.test/ HTTP/1.1\r\nX-Pad: " + strings.Repeat("a", maxHeader)
+	if err := waitHeader(bufio.NewReaderSize(&splitReader{b: []byte(big), first: 1}, maxHeader)); !errors.Is(err, errHeaderTooLarge) {
+		t.Errorf("a header over maxHeader: %v, want errHeaderTooLarge", err)
+	}
+}
+
+// splitReader returns first bytes on its first Read, then one byte per Read.
+type splitReader struct {
+	b          []byte
+	off, first int
+}
+
+func (s *splitReader) Read(p []byte) (int, error) {
+	if s.off >= len(s.b) {
+		return 0, io.EOF
+	}
+	n := 1
+	if s.off == 0 {
+		n = s.first
+	}
+	n = copy(p[:min(n, len(p))], s.b[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// Interim answers reach the client as the destination sent them: 103 Early Hints
+// with its Link header, 100 Continue, and a 101 before its switch. RFC 9110 §8.6: a
+// 1xx response carries no Content-Length.
+func TestServeInformationalHead(t *testing.T) {
+	t.Parallel()
+	up := newRaw(t, func(_ int64, c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/upgrade" {
+			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n")
+			_, _ = io.Copy(io.Discard, br)
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+		_, _ = io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		_, _ = io.ReadAll(req.Body)
+		_ = rawAnswer(c, "done")
+	})
+	// (no defer up.stop(): the subtests run after this function returns)
+	hp := up.hp("allowed.test")
+	noLength := func(t *testing.T, head string) {
+		t.Helper()
+		if strings.Contains(strings.ToLower(head), "content-length") {
+			t.Errorf("a 1xx answer with a Content-Length: %q", head)
+		}
+	}
+	t.Run("103 and 100", func(t *testing.T) {
+		t.Parallel()
+		p, _ := newPx()
+		c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+		write(t, c, "POST http://"+hp+"/ HTTP/1.1\r\nHost: "+hp+"\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+		code, head := readHead(t, c)
+		if code != 103 || !strings.Contains(head, "\r\nLink: </style.css>; rel=preload\r\n") {
+			t.Fatalf("first answer %q, want 103 with its Link", head)
+		}
+		noLength(t, head)
+		code, head = readHead(t, c)
+		if code != 100 {
+			t.Fatalf("second answer %q, want 100", head)
+		}
+		noLength(t, head)
+		write(t, c, "ok")
+		if code, body := readResp(t, c, bufio.NewReader(c)); code != 200 || body != "done" {
+			t.Fatalf("final answer %d %q, want 200 done", code, body)
+		}
+	})
+	t.Run("101", func(t *testing.T) {
+		t.Parallel()
+		p, _ := newPx()
+		c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+		write(t, c, "GET http://"+hp+"/upgrade HTTP/1.1\r\nHost: "+hp+"\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n")
+		code, head := readHead(t, c)
+		if code != 101 {
+			t.Fatalf("answered %q, want 101", head)
+		}
+		noLength(t, head)
+	})
 }

@@ -45,9 +45,34 @@ func (s *Service) own(sess *Session) {
 	}
 }
 
+// ownerOf finds the session sandboxID serves from the engine's labels, and remembers it.
+func (s *Service) ownerOf(sandboxID string) (owner, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	infos, err := s.cfg.Sandboxes.List(ctx, nil)
+	if err != nil {
+		return owner{}, false
+	}
+	for _, in := range infos {
+		if in.ID == sandboxID && in.Session != "" && in.Tenant != "" && !in.Deleted {
+			o := owner{in.Tenant, in.Session}
+			s.owners.Store(sandboxID, o)
+			return o, true
+		}
+	}
+	return owner{}, false
+}
+
 // serveEgress serves one connection a process of sandboxID made to its egress proxy.
 func (s *Service) serveEgress(sandboxID string, conn net.Conn) {
 	v, ok := s.owners.Load(sandboxID)
+	if !ok && s.cfg.Egress != nil {
+		// This replica has not looked the session up since it started (or another
+		// replica's call started the process): the sandbox's labels say whose it is.
+		if o, found := s.ownerOf(sandboxID); found {
+			v, ok = o, true
+		}
+	}
 	if !ok || s.cfg.Egress == nil {
 		egress.Refuse(conn, 503, "egress: cws does not know this workspace's session yet; try again in a moment")
 		conn.Close()

@@ -23,6 +23,10 @@ func (s *Server) dial(st *yamux.Stream, raw json.RawMessage) {
 		s.answerDial(st, agent.Errorf(agent.CodeInvalid, "", "dial: port must be 1-65535"))
 		return
 	}
+	if p := s.egressPort.Load(); p != 0 && int64(a.Port) == p {
+		s.answerDial(st, agent.Errorf(agent.CodeInvalid, "", "dial: port %d is the workspace's egress proxy, not an app", a.Port))
+		return
+	}
 	port := strconv.Itoa(a.Port)
 	d := net.Dialer{Timeout: 10 * time.Second}
 	conn, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
@@ -149,6 +153,9 @@ const egressWait = 10 * time.Second
 // ServeEgress accepts the workspace's connections to its egress proxy until l closes,
 // and hands each to the host as an OpEgress stream.
 func (s *Server) ServeEgress(l net.Listener) error {
+	if ta, ok := l.Addr().(*net.TCPAddr); ok {
+		s.egressPort.Store(int64(ta.Port))
+	}
 	for {
 		conn, err := l.Accept()
 		if err != nil {

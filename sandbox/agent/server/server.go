@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
@@ -99,7 +100,8 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*yamux.Session]struct{}
 
-	egressHosts egressHosts // the hosts that take egress streams (netedge.go)
+	egressHosts egressHosts  // the hosts that take egress streams (netedge.go)
+	egressPort  atomic.Int64 // the egress proxy's port, which no dial may reach
 }
 
 // New opens the workspace root and returns a Server.
