@@ -162,8 +162,8 @@ type Service struct {
 	policies  map[string]cachedPolicy  // by session id
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
-	owners       sync.Map     // sandbox id → owner: the session it serves (netedge.go)
-	usage        usageTable   // by session: the last sampled usage (usage.go)
+	owners       sync.Map   // sandbox id → owner: the session it serves (netedge.go)
+	usage        usageTable // by session: the last sampled usage (usage.go)
 	stopUsage    context.CancelFunc
 	linkKeyCache atomic.Value // []byte: the preview links' signing key (links.go)
 

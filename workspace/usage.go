@@ -151,7 +151,7 @@ func (s *Service) CollectUsage(ctx context.Context) {
 	for _, sess := range all {
 		add(sess.Tenant)
 	}
-	var cpuMu sync.Mutex       // add, from the agents' goroutines below
+	var cpuMu sync.Mutex        // add, from the agents' goroutines below
 	engine := map[string]bool{} // sandboxes the engine answered for
 	if sr, ok := s.cfg.Sandboxes.(sandbox.StatsReader); ok && len(ids) > 0 {
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.UsageEvery)
