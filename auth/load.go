@@ -125,8 +125,10 @@ func (l *loader) tenant(name string, e tenantEntry) *Tenant {
 		t.DefaultScopes = []string{}
 		for _, sc := range *e.DefaultScopes {
 			switch {
+			case sc == ScopeAdmin:
+				l.failf("%s: defaultScopes: %q is never a default: a token of the --admin-tenant tenant must carry it in its scope claim", name, sc)
 			case !KnownScope(sc):
-				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(KnownScopes(), ", "))
+				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(AllScopes(), ", "))
 			case !slices.Contains(t.DefaultScopes, sc):
 				t.DefaultScopes = append(t.DefaultScopes, sc)
 			}

@@ -32,7 +32,9 @@ func TestDefaultScopes(t *testing.T) {
 		{"the claim wins", tenant("    defaultScopes: [tools:read]\n"), "sessions archive", []string{ScopeSessions, ScopeArchive}, ""},
 		{"unknown names in the claim are kept, never matched", tenant(""), "openid tools:write", []string{"openid", ScopeToolsWrite}, ""},
 		{"unknown default scope", tenant("    defaultScopes: [tools:read, tools:admin]\n"), nil, nil,
-			`tenant "acme": defaultScopes: unknown scope "tools:admin" (known: tools:read, tools:write, tools:exec, sessions, archive, ports, admin)`},
+			`tenant "acme": defaultScopes: unknown scope "tools:admin" (known: tools:read, tools:write, tools:exec, sessions, archive, ports)`},
+		{"admin is never a default", tenant("    defaultScopes: [sessions, admin]\n"), nil, nil,
+			`tenant "acme": defaultScopes: "admin" is never a default`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

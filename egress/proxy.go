@@ -524,7 +524,12 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 			return false, up
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-			if err := resp.Write(in); err != nil {
+			// Its head as it came (resp.Write would add a Content-Length a 1xx must not have).
+			var h bytes.Buffer
+			fmt.Fprintf(&h, "HTTP/%d.%d %s\r\n", resp.ProtoMajor, resp.ProtoMinor, resp.Status)
+			_ = resp.Header.Write(&h)
+			h.WriteString("\r\n")
+			if _, err := in.Write(h.Bytes()); err != nil {
 				return false, up
 			}
 			continue

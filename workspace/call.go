@@ -132,10 +132,26 @@ func (s *Service) done(start time.Time, caller Caller, session string, t *Tool, 
 // auditArgsMax is how much of a call's arguments its audit record keeps.
 const auditArgsMax = 160
 
-// auditArgs is a call's arguments as one line of compact JSON, cut short.
+// auditRedacted are the argument names whose values the audit never keeps.
+var auditRedacted = map[string]bool{"content": true, "contents": true, "patch": true, "env": true, "newText": true,
+	"oldText": true, "newString": true, "oldString": true, "text": true, "edits": true, "input": true, "stdin": true, "replacement": true}
+
+// auditArgs is a call's arguments as one line of compact JSON (written data redacted
+// to its size), cut short.
 func auditArgs(args json.RawMessage) string {
 	if len(args) == 0 {
 		return ""
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(args, &obj) == nil {
+		// What a call writes or sets (file contents, patches, environment values) is
+		// the caller's data: the audit keeps its size, not its bytes.
+		for k, v := range obj {
+			if auditRedacted[k] {
+				obj[k], _ = json.Marshal(fmt.Sprintf("(%d bytes)", len(v)))
+			}
+		}
+		args, _ = json.Marshal(obj)
 	}
 	var b bytes.Buffer
 	if json.Compact(&b, args) != nil {

@@ -162,8 +162,8 @@ type Service struct {
 	policies  map[string]cachedPolicy  // by session id
 	policyGen uint64                   // counts policyChanged: a read that raced one is not kept
 
-	owners       sync.Map   // sandbox id → owner: the session it serves (netedge.go)
-	usage        usageTable // by session: the last sampled usage (usage.go)
+	owners       sync.Map    // sandbox id → owner: the session it serves (netedge.go)
+	usage        *usageTable // by session: the last sampled usage (usage.go)
 	stopUsage    context.CancelFunc
 	linkKeyCache atomic.Value // []byte: the preview links' signing key (links.go)
 
@@ -203,14 +203,15 @@ func New(cfg Config) *Service {
 	batcher := cfg.Store
 	watcher, shared := watcherOf(cfg.Store)
 	cache := newSessionCache(cfg.SessionCacheSize, !shared)
-	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache}
+	usage := &usageTable{}
+	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache, deleted: usage.drop}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
 		catalog:  NewCatalog(cfg.Tools...),
 		audit:    make(chan AuditRecord, 4096),
 		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
 		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, healing: map[string]*healing{},
-		waking: map[string]bool{},
+		waking: map[string]bool{}, usage: usage,
 	}
 	s.lastCollect.Store(time.Time{})
 	if cfg.Egress != nil && cfg.Egress.Observe == nil {
@@ -252,6 +253,18 @@ func (s *Service) Close() {
 	for _, h := range s.healing {
 		h.cancel()
 	}
+}
+
+// liveAgent returns a sandbox's agent client if this replica has one with a live
+// connection, else nil: it never dials.
+func (s *Service) liveAgent(sandboxID string) *agent.Client {
+	s.mu.Lock()
+	c := s.agents[sandboxID]
+	s.mu.Unlock()
+	if c == nil || !c.Connected() {
+		return nil
+	}
+	return c
 }
 
 // agentFor returns the (cached) agent client of a sandbox.

@@ -135,7 +135,8 @@ func (c *sessionCache) setLive(live bool) {
 // the record from the cache before it returns.
 type invalidatingStore struct {
 	Store
-	cache *sessionCache
+	cache   *sessionCache
+	deleted func(tenant, id string) // told of each deleted session (its usage goes)
 }
 
 func (s invalidatingStore) CreateSession(ctx context.Context, sess *Session, max int) error {
@@ -155,6 +156,9 @@ func (s invalidatingStore) TouchSession(ctx context.Context, tenant, id string, 
 
 func (s invalidatingStore) DeleteSession(ctx context.Context, tenant, id string) error {
 	defer s.cache.forget(tenant, id)
+	if s.deleted != nil {
+		defer s.deleted(tenant, id)
+	}
 	return s.Store.DeleteSession(ctx, tenant, id)
 }
 

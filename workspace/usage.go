@@ -34,6 +34,8 @@ type Usage struct {
 	EgressDenied    int64     `json:"egressDenied"`
 	SampledAt       time.Time `json:"sampledAt,omitzero"` // the engine's sample; zero: none yet
 	DiskSampledAt   time.Time `json:"diskSampledAt,omitzero"`
+
+	source string // "engine" or "cgroup": CPU deltas are counted within one source
 }
 
 // UsageObserver is what an Observer may implement to export usage by tenant (bounded
@@ -77,6 +79,22 @@ func (t *usageTable) update(tenant, id string, f func(*Usage)) {
 		t.m[k] = u
 	}
 	f(u)
+}
+
+// clearLive zeroes what only a running sandbox has.
+func (t *usageTable) clearLive(tenant, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u := t.m[tenant+"/"+id]; u != nil {
+		u.MemoryBytes, u.Processes, u.source = 0, 0, ""
+	}
+}
+
+// drop forgets a session's usage.
+func (t *usageTable) drop(tenant, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, tenant+"/"+id)
 }
 
 // keep drops the entries of sessions not in live.
@@ -137,6 +155,12 @@ func (s *Service) CollectUsage(ctx context.Context) {
 		}
 	}
 	s.usage.keep(live)
+	for _, sess := range all {
+		if sess.State != StateReady {
+			// Asleep: nothing runs (its CPU time and disk stay as last seen).
+			s.usage.clearLive(sess.Tenant, sess.ID)
+		}
+	}
 	type sums struct {
 		cpu       float64
 		mem, disk int64
@@ -165,9 +189,10 @@ func (s *Service) CollectUsage(ctx context.Context) {
 			}
 			engine[sb] = true
 			s.usage.update(sess.Tenant, sess.ID, func(u *Usage) {
-				if d := st.CPUSeconds - u.CPUSeconds; d > 0 && !u.SampledAt.IsZero() {
+				if d := st.CPUSeconds - u.CPUSeconds; d > 0 && !u.SampledAt.IsZero() && u.source == "engine" {
 					add(sess.Tenant).cpu += d
 				}
+				u.source = "engine"
 				u.CPUSeconds, u.MemoryBytes, u.Processes, u.SampledAt = st.CPUSeconds, st.MemoryBytes, st.Processes, now
 				u.MemoryPeakBytes = max(u.MemoryPeakBytes, st.MemoryPeakBytes, st.MemoryBytes)
 			})
@@ -185,6 +210,13 @@ func (s *Service) CollectUsage(ctx context.Context) {
 		if !disk && fromEngine {
 			continue
 		}
+		// Only through a live connection of this replica's: a sample never dials (a
+		// dial starts a stopped sandbox, and the newest connection takes the egress).
+		c := s.liveAgent(sess.Sandbox)
+		if c == nil {
+			continue
+		}
+		s.own(sess)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -192,7 +224,7 @@ func (s *Service) CollectUsage(ctx context.Context) {
 			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			d, err := s.agentFor(sess.Sandbox).Usage(dctx, agent.UsageArgs{Disk: disk})
+			d, err := c.Usage(dctx, agent.UsageArgs{Disk: disk})
 			if err != nil {
 				return
 			}
@@ -202,11 +234,12 @@ func (s *Service) CollectUsage(ctx context.Context) {
 					u.DiskBytes, u.DiskPartial, u.DiskSampledAt = d.Bytes, d.Partial, now
 				}
 				if !fromEngine && d.Cgroup {
-					if delta := d.CPUSeconds - u.CPUSeconds; delta > 0 && !u.SampledAt.IsZero() {
+					if delta := d.CPUSeconds - u.CPUSeconds; delta > 0 && !u.SampledAt.IsZero() && u.source == "cgroup" {
 						cpuMu.Lock()
 						add(sess.Tenant).cpu += delta
 						cpuMu.Unlock()
 					}
+					u.source = "cgroup"
 					u.CPUSeconds, u.MemoryBytes, u.Processes, u.SampledAt = d.CPUSeconds, d.MemoryBytes, d.Processes, now
 					u.MemoryPeakBytes = max(u.MemoryPeakBytes, d.MemoryPeakBytes, d.MemoryBytes)
 				}
@@ -262,7 +295,7 @@ func (f SessionFilter) match(s *Session) bool {
 		return false
 	}
 	for k, v := range f.Labels {
-		if s.Labels[k] != v {
+		if got, ok := s.Labels[k]; !ok || v != "" && got != v {
 			return false
 		}
 	}
@@ -385,8 +418,9 @@ func (s *Service) SessionAudit(ctx context.Context, caller Caller, id string, li
 	return out, nil
 }
 
-// auditScan is how many of the newest audit records SessionAudit looks through.
-const auditScan = 10000
+// auditScan is how many of the newest audit records SessionAudit looks through: a
+// session's timeline shows its calls among the last auditScan of every session's.
+const auditScan = 5000
 
 // PolicyView is the policy in force for a session: its tenant's (the ceiling) and the
 // workspace's .cws-policy.json, which may only narrow it.

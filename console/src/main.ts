@@ -329,7 +329,9 @@ async function sessionsPage(query: URLSearchParams): Promise<void> {
     tbody.innerHTML = rows
       .map((s) => {
         const u = s.usage;
-        return `<tr><th scope="row"><a href="#/sessions/${encodeURIComponent(s.id)}">${esc(s.id)}</a>${s.labels ? Object.entries(s.labels).map(([k, v]) => ` <span class="label">${esc(k)}=${esc(v)}</span>`).join("") : ""}</th>${adm ? `<td>${esc(s.tenant)}</td>` : ""}<td><span class="dot st-${esc(s.state)}"></span>${esc(s.state)}</td><td class="num">${ago(s.createdAt, now)}</td><td class="num">${ago(s.lastUsed, now)}</td><td>${esc(s.image)}</td><td class="num">${u ? u.cpuSeconds.toFixed(1) + "s" : "—"}</td><td class="num">${u ? bytes(u.memoryBytes) : "—"}</td><td class="num">${u ? bytes(u.diskBytes) : "—"}</td><td class="num">${u ? bytes(u.egressBytesIn + u.egressBytesOut) : "—"}</td></tr>`;
+        // The admin view lists every tenant's sessions but opens none of them: a view, not a key.
+        const name = adm ? esc(s.id) : `<a href="#/sessions/${encodeURIComponent(s.id)}">${esc(s.id)}</a>`;
+        return `<tr><th scope="row">${name}${s.labels ? Object.entries(s.labels).map(([k, v]) => ` <span class="label">${esc(k)}=${esc(v)}</span>`).join("") : ""}</th>${adm ? `<td>${esc(s.tenant)}</td>` : ""}<td><span class="dot st-${esc(s.state)}"></span>${esc(s.state)}</td><td class="num">${ago(s.createdAt, now)}</td><td class="num">${ago(s.lastUsed, now)}</td><td>${esc(s.image)}</td><td class="num">${u ? u.cpuSeconds.toFixed(1) + "s" : "—"}</td><td class="num">${u ? bytes(u.memoryBytes) : "—"}</td><td class="num">${u ? bytes(u.diskBytes) : "—"}</td><td class="num">${u ? bytes(u.egressBytesIn + u.egressBytesOut) : "—"}</td></tr>`;
       })
       .join("");
     count.textContent = `${rows.length} of ${all.length} sessions`;
@@ -461,6 +463,16 @@ async function detailsTab(body: HTMLElement, base: string): Promise<void> {
   add("labels", s.labels ? Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ") : "");
   const pol = h("div", {}, h("p", { class: "help" }, "Loading the policy…"));
   body.replaceChildren(dl, h("h2", {}, "Policy in force"), pol);
+  if (s.state !== "ready") {
+    // The workspace's file is read through its agent: reading it would wake the session.
+    await new Promise<void>((resolve) =>
+      pol.replaceChildren(
+        h("p", { class: "help" }, `The session is ${s.state}; its workspace policy is read inside it.`),
+        h("button", { type: "button", onclick: () => resolve() }, "Wake it and show the policy"),
+      ),
+    );
+    pol.replaceChildren(h("p", { class: "help" }, "Waking the session…"));
+  }
   try {
     const p = await api.get<{ tenant: unknown; workspace?: unknown; workspaceError?: string }>(base + "/policy");
     pol.replaceChildren(
@@ -614,7 +626,7 @@ async function auditTab(body: HTMLElement, base: string): Promise<void> {
       .join("");
   };
   await load().catch((e) => body.append(errorBox(e)));
-  every(2000, load);
+  every(5000, load);
 }
 
 async function diffTab(body: HTMLElement, base: string): Promise<void> {

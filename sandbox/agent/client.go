@@ -100,6 +100,14 @@ func (c *Client) closeLocal() {
 	}
 }
 
+// Connected reports whether the client holds a live connection now (a call would not
+// have to dial).
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.shut && c.cur != nil && !c.cur.sess.IsClosed()
+}
+
 // Peer returns the agent's handshake, once connected.
 func (c *Client) Peer() Hello {
 	c.mu.Lock()
