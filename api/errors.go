@@ -99,10 +99,12 @@ func errorResponse(c *gin.Context, log *slog.Logger, err error) (int, ErrorBody)
 		if c != nil {
 			route = c.FullPath()
 		}
-		log.Error("request failed", "route", route, "status", status, "err", err)
 		d.Message = http.StatusText(status)
 		if errors.Is(err, workspace.ErrNoListener) { // what to fix is in the workspace: say it
 			d.Message = err.Error()
+			log.Debug("request failed", "route", route, "status", status, "err", err) // the app's state, not cws's fault
+		} else {
+			log.Error("request failed", "route", route, "status", status, "err", err)
 		}
 		if status == http.StatusServiceUnavailable { // workspace.Retryable: only it says retry
 			d.Message = "temporarily unavailable, retry shortly"

@@ -378,6 +378,44 @@ func TestPreviewE2E(t *testing.T) {
 		t.Errorf("a revoked link: %d %s", g.status, g.body)
 	}
 
+	// A slowloris client on a preview URL: its header never ends; cws drops it at its
+	// header deadline, and serves others meanwhile.
+	slow, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprintf(slow, "GET %s8000/ HTTP/1.1\r\nHost: x\r\nX-Slow: ", base)
+	if g := do(t, nil, p.url, http.MethodGet, base+"8000/index.html", tok, nil, nil); g.status != http.StatusOK {
+		t.Errorf("GET beside a slowloris client: %d %s", g.status, g.body)
+	}
+	_ = slow.SetReadDeadline(time.Now().Add(30 * time.Second))
+	start := time.Now()
+	if _, err := io.ReadAll(slow); err != nil {
+		t.Errorf("the slowloris connection was not closed by cws: %v", err)
+	} else if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the slowloris connection lasted %v", d)
+	}
+
+	// cws port-forward: any TCP through the tunnel (Upgrade: cws-tcp), here HTTP.
+	pf := exec.Command(cwsBinary, "port-forward", id, "8000:0", "--server", p.url, "--token", tok)
+	pfOut, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pf.Process.Kill(); _ = pf.Wait() })
+	line, err := bufio.NewReader(pfOut).ReadString('\n')
+	var local string
+	if _, serr := fmt.Sscanf(line, "Forwarding from %s -> 8000", &local); err != nil || serr != nil {
+		t.Fatalf("cws port-forward printed %q (%v)", line, err)
+	}
+	if g := do(t, nil, "http://"+local, http.MethodGet, "/index.html", "", nil, nil); g.status != http.StatusOK || string(g.body) != "<h1>preview works</h1>" {
+		t.Errorf("GET through cws port-forward: %d %s", g.status, g.body)
+	}
+
 	// A link dies with its session.
 	lr = p.post(t, tok, base+"8000/link", nil)
 	_ = json.Unmarshal(lr.body, &link)
