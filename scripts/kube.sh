@@ -307,22 +307,31 @@ build_localpv() {
 	echo "$stamp" >"$LOCALPV_BIN.stamp"
 }
 
-build_coredns() {
-	local src=$REPO/deploy/kube/coredns stamp
+# build_module NAME DIR OUT WHAT: one `go build` of the module deploy/kube/DIR (its own
+# go.mod, so its dependencies stay apart from Kubernetes') into OUT/NAME, skipped when
+# OUT holds a build of the same sources. WHAT says what it is, for the progress line.
+build_module() {
+	local name=$1 src=$REPO/deploy/kube/$2 out=$3 what=$4 stamp
 	stamp=$(stamp_of "$src" go.mod go.sum main.go)
-	if [ -x "$COREDNS_BIN/coredns" ] && [ "$(cat "$COREDNS_BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then return 0; fi
-	say "building CoreDNS $COREDNS_VERSION (cluster DNS) from source (deploy/kube/coredns; cold about 2-3 min; log: $CACHE/build-coredns.log)"
-	local tmp=$COREDNS_BIN.partial t0=$SECONDS
+	if [ -x "$out/$name" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then return 0; fi
+	say "building $what from source (deploy/kube/$2; cold about 2-3 min; log: $CACHE/build-$name.log)"
+	local tmp=$out.partial t0=$SECONDS
 	rm -rf "$tmp" && mkdir -p "$tmp"
-	if ! with_ticker "coredns $COREDNS_VERSION" "$CACHE/build-coredns.log" \
+	if ! with_ticker "$name" "$CACHE/build-$name.log" \
 		env -C "$src" GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 \
-		go build -v -trimpath -ldflags "-s -w" -o "$tmp/coredns" .; then
-		grep -v '^[a-zA-Z0-9._/-]*$' "$CACHE/build-coredns.log" | tail -n 30 >&2 || true
-		die "building CoreDNS failed after $((SECONDS - t0))s (full log: $CACHE/build-coredns.log). A 'missing go.sum entry' means: cd deploy/kube/coredns && go mod tidy"
+		go build -v -trimpath -ldflags "-s -w" -o "$tmp/$name" .; then
+		grep -v '^[a-zA-Z0-9._/-]*$' "$CACHE/build-$name.log" | tail -n 30 >&2 || true
+		die "building $name failed after $((SECONDS - t0))s (full log: $CACHE/build-$name.log). A 'missing go.sum entry' means: cd deploy/kube/$2 && go mod tidy"
 	fi
 	echo "$stamp" >"$tmp/.stamp"
-	rm -rf "$COREDNS_BIN" && mv "$tmp" "$COREDNS_BIN"
-	say "built CoreDNS $COREDNS_VERSION in $((SECONDS - t0))s"
+	rm -rf "$out" && mv "$tmp" "$out"
+	say "built $name in $((SECONDS - t0))s"
+}
+
+build_coredns() { build_module coredns coredns "$COREDNS_BIN" "CoreDNS $COREDNS_VERSION (cluster DNS)"; }
+
+build_netpol() {
+	build_module netpol netpol "$NETPOL_BIN" "kube-network-policies $NETPOL_VERSION (NetworkPolicy enforcement)"
 }
 
 # netpol_queue -I|-D adds (once) or removes the rules that hand every new connection
@@ -337,24 +346,6 @@ netpol_queue() {
 			while iptables -D "$chain" "${rule[@]}" 2>/dev/null; do :; done
 		fi
 	done
-}
-
-build_netpol() {
-	local src=$REPO/deploy/kube/netpol stamp
-	stamp=$(stamp_of "$src" go.mod go.sum main.go)
-	if [ -x "$NETPOL_BIN/netpol" ] && [ "$(cat "$NETPOL_BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then return 0; fi
-	say "building kube-network-policies $NETPOL_VERSION (NetworkPolicy enforcement; deploy/kube/netpol; cold about 2 min; log: $CACHE/build-netpol.log)"
-	local tmp=$NETPOL_BIN.partial t0=$SECONDS
-	rm -rf "$tmp" && mkdir -p "$tmp"
-	if ! with_ticker "netpol $NETPOL_VERSION" "$CACHE/build-netpol.log" \
-		env -C "$src" GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 \
-		go build -v -trimpath -ldflags "-s -w" -o "$tmp/netpol" .; then
-		grep -v '^[a-zA-Z0-9._/-]*$' "$CACHE/build-netpol.log" | tail -n 30 >&2 || true
-		die "building netpol failed after $((SECONDS - t0))s (full log: $CACHE/build-netpol.log). A 'missing go.sum entry' means: cd deploy/kube/netpol && go mod tidy"
-	fi
-	echo "$stamp" >"$tmp/.stamp"
-	rm -rf "$NETPOL_BIN" && mv "$tmp" "$NETPOL_BIN"
-	say "built netpol in $((SECONDS - t0))s"
 }
 
 # ---------------------------------------------------------------- certificates
