@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
@@ -509,4 +510,76 @@ func listenAny(t *testing.T) int {
 		}
 	}()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestPreviewHostLinks: with --preview-domain a link is host-based
+// (PORT-SESSION.DOMAIN): its first request moves the capability into a cookie of that
+// host and drops it from the URL, later requests carry the cookie, and the app sees
+// absolute paths as they are; the link of another port or session is not found there.
+func TestPreviewHostLinks(t *testing.T) {
+	requireRealDeps(t)
+	fx := netFixture(t, netPolicy)
+	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--preview-domain", "preview.test")
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
+	tok := fx.token(t, tenantOpen, "preview", "")
+	id := decode[lifeView](t, p.post(t, tok, "/v1/sessions", map[string]any{})).ID
+	c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
+	c.call(t, "writeFile", map[string]any{"path": "app.py", "contents": previewApp})
+	c.call(t, "runCommand", map[string]any{"command": "sh", "args": []string{"-c", "mkdir -p static && echo absolute > static/a.txt"}})
+	c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"app.py", "8000"}})
+	lr := p.post(t, tok, "/v1/sessions/"+id+"/ports/8000/link", nil)
+	var link struct{ URL string }
+	if lr.status != http.StatusCreated || json.Unmarshal(lr.body, &link) != nil {
+		t.Fatalf("make a link: %d %s", lr.status, lr.body)
+	}
+	host := "8000-" + id + ".preview.test"
+	if !strings.HasPrefix(link.URL, "http://"+host+"/?cws-link=") {
+		t.Fatalf("host-based link %q, want http://%s/?cws-link=…", link.URL, host)
+	}
+	// The test resolves the preview host to cws itself, as the wildcard DNS name would.
+	client := &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(p.url, "http://"))
+		}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := client.Get(link.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" || len(cookies) != 1 || !cookies[0].HttpOnly {
+		t.Fatalf("the link's first request: %d Location %q cookies %v", resp.StatusCode, resp.Header.Get("Location"), cookies)
+	}
+	get := func(path string, withCookie bool) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+host+path, nil)
+		if withCookie {
+			req.AddCookie(cookies[0])
+		}
+		r, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	st, body := get("/static/a.txt", true)
+	for deadline := time.Now().Add(30 * time.Second); st == http.StatusBadGateway && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		st, body = get("/static/a.txt", true) // the app starting
+	}
+	if st != http.StatusOK || body != "absolute\n" {
+		t.Errorf("an absolute path with the cookie: %d %q", st, body)
+	}
+	if st, _ := get("/static/a.txt", false); st != http.StatusNotFound {
+		t.Errorf("without the cookie: %d, want 404", st)
+	}
+	// The same capability on another port's host is not found.
+	other := "8001-" + id + ".preview.test"
+	req, _ := http.NewRequest(http.MethodGet, "http://"+other+"/", nil)
+	req.AddCookie(cookies[0])
+	if r, err := client.Do(req); err != nil || r.StatusCode != http.StatusNotFound {
+		t.Errorf("the cookie on another port's host: %v %v", r, err)
+	}
 }
