@@ -205,6 +205,48 @@ except OSError as e:
 		t.Errorf("the clone's README.md = %v", r)
 	}
 
+	// 300 parallel CONNECTs from one session: its cap (egress.maxConnections 8) holds,
+	// and another session of the tenant gets through meanwhile.
+	c.call(t, "writeFile", map[string]any{"path": "flood.py", "contents": fmt.Sprintf(`
+import json, socket, time
+socks, codes = [], {}
+for i in range(300):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+    s.sendall(b"CONNECT allowed.test:%[1]d HTTP/1.1\r\nHost: allowed.test:%[1]d\r\n\r\n")
+    socks.append(s)
+for s in socks:
+    try:
+        line = s.recv(200).split(b"\r\n")[0].decode()
+        code = line.split(" ")[1]
+    except Exception as e:
+        code = type(e).__name__
+    codes[code] = codes.get(code, 0) + 1
+open("codes.json", "w").write(json.dumps(codes))
+time.sleep(15)
+`, httpPort)})
+	c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"flood.py"}})
+	var codes map[string]int
+	for deadline := time.Now().Add(90 * time.Second); codes == nil; time.Sleep(200 * time.Millisecond) {
+		if r, err := c.callRaw("readFile", map[string]any{"path": "codes.json"}, nil); err == nil && !r.IsError {
+			var v struct{ Content string }
+			if json.Unmarshal([]byte(text(r)), &v) == nil {
+				_ = json.Unmarshal([]byte(v.Content), &codes)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the flood of CONNECTs never finished")
+		}
+	}
+	id2 := decode[lifeView](t, p.post(t, tok, "/v1/sessions", map[string]any{})).ID
+	c2 := connect(t, p.url+"/v1/sessions/"+id2+"/mcp", tok, "")
+	u2 := u("http", "allowed.test", httpPort, "/other-session")
+	if g := egressFetch(t, c2, u2)[u2]; g.Status != 200 {
+		t.Errorf("another session during the flood: %d %q", g.Status, g.Body)
+	}
+	if codes["200"] != 8 || codes["429"] != 292 {
+		t.Errorf("300 parallel CONNECTs with a cap of 8: %v, want 8 × 200 and 292 × 429", codes)
+	}
+
 	m := p.metrics(t)
 	if v, _ := metricValue(m, "cws_egress_connections_total", map[string]string{"tenant": tenantOpen, "decision": "denied"}); v < 5 {
 		t.Errorf("cws_egress_connections_total{decision=denied} = %v, want >= 5", v)
