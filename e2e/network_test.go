@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cwsdev/cws/internal/testenv"
+	"github.com/cwsdev/cws/sandbox/agent/tartest"
 )
 
 // netPolicy is the open tenant's policy in the network tests: an allow list by name,
@@ -203,6 +204,23 @@ except OSError as e:
 		t.Errorf("git clone through the proxy: %v", clone)
 	} else if r := c.call(t, "readFile", map[string]any{"path": "cloned/README.md"}); r["content"] != "cloned through cws\n" {
 		t.Errorf("the clone's README.md = %v", r)
+	}
+
+	// The workspace's .cws-policy.json narrows the tenant's list (uploaded by the
+	// platform: tools may not write it): a.wild.test goes, allowed.test stays.
+	up := do(t, nil, p.url, http.MethodPut, "/v1/sessions/"+id+"/archive", tok,
+		tartest.Build(tartest.File(".cws-policy.json", `{"network": {"allow": ["allowed.test"]}}`)), map[string]string{"Content-Type": "application/x-tar"})
+	if up.status != http.StatusOK {
+		t.Fatalf("upload the workspace policy: %d %s", up.status, up.body)
+	}
+	time.Sleep(1500 * time.Millisecond) // the policy cache's second
+	narrowed, kept := u("http", "a.wild.test", httpPort, "/narrowed"), u("http", "allowed.test", httpPort, "/kept")
+	got = egressFetch(t, c, narrowed, kept)
+	if g := got[narrowed]; g.Status != 403 || !strings.Contains(g.Body, "a.wild.test") {
+		t.Errorf("a name the workspace file took away: %d %q", g.Status, g.Body)
+	}
+	if g := got[kept]; g.Status != 200 {
+		t.Errorf("a name both lists allow: %d %q", g.Status, g.Body)
 	}
 
 	// 300 parallel CONNECTs from one session: its cap (egress.maxConnections 8) holds,
