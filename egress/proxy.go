@@ -229,7 +229,7 @@ func waitHeader(br *bufio.Reader) error {
 		if n > 0 {
 			b, _ := br.Peek(n)
 			from := max(0, scanned-3)
-			if headerEnd(b[from:]) >= 0 || from > 0 && headerEnd(b[max(0, from-1):]) >= 0 {
+			if headerEnd(b[from:]) >= 0 { // from overlaps a terminator split across reads
 				return nil
 			}
 			scanned = n
@@ -398,7 +398,7 @@ func (p *Proxy) observe(r Record) {
 
 func (p *Proxy) deny(conn net.Conn, rec Record, status int, reason string) {
 	rec.Decision, rec.Reason = "denied", reason
-	if status >= 500 || status == http.StatusBadGateway {
+	if status >= 500 {
 		rec.Decision = "failed"
 	}
 	p.observe(rec)

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -155,14 +156,14 @@ func (s *Service) OpenLink(ctx context.Context, token string) (Caller, string, i
 	}
 	rec, err := s.cfg.Store.GetState(ctx, c.Tenant, c.Session, linkStateKey(c.ID))
 	if err != nil || rec == nil {
-		if err != nil && !isNotFound(err) {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return Caller{}, "", 0, err
 		}
 		return Caller{}, "", 0, notFound
 	}
 	gen, err := s.cfg.Store.GetState(ctx, c.Tenant, c.Session, linkGenKey(c.Port))
 	if err != nil || string(gen) != c.Gen {
-		if err != nil && !isNotFound(err) {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return Caller{}, "", 0, err
 		}
 		return Caller{}, "", 0, notFound

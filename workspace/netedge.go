@@ -145,8 +145,6 @@ func (s *Service) portPolicy(ctx context.Context, caller Caller, id string, port
 	return c, nil
 }
 
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
-
 // ValidPort parses a port of a preview request: 1-65535.
 func ValidPort(s string) (int, error) {
 	p, err := strconv.Atoi(s)

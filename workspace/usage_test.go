@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/sandbox"
@@ -86,5 +85,4 @@ func TestUsageCostsNothingPerRead(t *testing.T) {
 	if _, err := svc.AdminSessions(ctx, workspace.Caller{Tenant: testTenant, Scopes: []string{auth.ScopeAdmin}}, workspace.SessionFilter{}); err == nil {
 		t.Error("AdminSessions without --admin-tenant answered")
 	}
-	_ = time.Second
 }
