@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -48,6 +49,26 @@ func (d *Driver) ensureAgentVolume(ctx context.Context, image string) error {
 	}
 	d.agentReady.Store(true)
 	return nil
+}
+
+// startContainer starts container id (made from image), which mounts the agent volume.
+// The volume can vanish behind cws's back once no container uses it: `docker volume
+// prune`, or another cws build's PruneAgentVolumes while this one's sessions are all
+// suspended or archived. The engine then makes an empty volume of that name at create,
+// and the start fails on the missing agent binary. startContainer then fills the
+// volume again (ensureAgentVolume checks, it no longer trusts its memory) and starts
+// once more, so the caller never sees it.
+func (d *Driver) startContainer(ctx context.Context, id, image string) error {
+	err := d.cli.ContainerStart(ctx, id, container.StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), agentPath) {
+		return err
+	}
+	d.log.Warn("agent volume lost its binary; filling it again", "volume", d.agentVolume, "container", id, "err", err)
+	d.agentReady.Store(false)
+	if ferr := d.ensureAgentVolume(ctx, image); ferr != nil {
+		return fmt.Errorf("%w (and filling the agent volume again failed: %v)", err, ferr)
+	}
+	return d.cli.ContainerStart(ctx, id, container.StartOptions{})
 }
 
 func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {

@@ -26,21 +26,7 @@ import (
 func TestAgentVolume(t *testing.T) {
 	cli := requireDocker(t)
 	requireImage(t, cli, version.TestImage)
-	if agentErr != nil {
-		skipOrFail(t, "%v", agentErr)
-	}
-	// Trailing bytes change the hash, not the executable.
-	bin, err := os.ReadFile(agentBinary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	junk := make([]byte, 16)
-	_, _ = rand.Read(junk)
-	bin = append(bin, junk...)
-	path := filepath.Join(t.TempDir(), "cws-agent")
-	if err := os.WriteFile(path, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	path, bin := privateAgent(t)
 	newD := func() *Driver {
 		d, err := New(Config{AgentBinary: path})
 		if err != nil {
@@ -50,11 +36,7 @@ func TestAgentVolume(t *testing.T) {
 		return d
 	}
 	d := newD()
-	t.Cleanup(func() {
-		if err := cli.VolumeRemove(context.WithoutCancel(t.Context()), d.AgentVolume(), true); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("remove agent volume: %v", err)
-		}
-	})
+	removeAgentVolumeAtEnd(t, cli, d)
 
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
@@ -82,6 +64,69 @@ func TestAgentVolume(t *testing.T) {
 	if v, err := cli.VolumeInspect(t.Context(), d.AgentVolume()); err != nil || v.Labels[sandbox.LabelManaged] != "true" {
 		t.Errorf("agent volume labels: %v, %v", v.Labels, err)
 	}
+}
+
+// TestAgentVolumeRemovedBehindCWS removes the agent volume once no sandbox uses it (as
+// `docker volume prune`, or another cws build's PruneAgentVolumes, may while every
+// session of this one is suspended or archived). The driver has filled it before and
+// does not look again; the next Create must still give a sandbox whose agent answers.
+func TestAgentVolumeRemovedBehindCWS(t *testing.T) {
+	cli := requireDocker(t)
+	requireImage(t, cli, version.TestImage)
+	path, _ := privateAgent(t)
+	d := newDriverWith(t, Config{AgentBinary: path})
+	removeAgentVolumeAtEnd(t, cli, d)
+
+	create := func() sandbox.Info {
+		t.Helper()
+		spec := sandbox.Spec{Session: uniq("s-agentvol"), Tenant: "t-agentvol", Image: version.TestImage}
+		cleanupSession(t, cli, spec.Session)
+		info, err := d.Create(t.Context(), spec)
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if err := d.pingAgent(t.Context(), info.ID); err != nil {
+			t.Fatalf("agent of %s: %v", info.ID, err)
+		}
+		return info
+	}
+	first := create()
+	if err := d.Remove(t.Context(), first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.VolumeRemove(t.Context(), d.AgentVolume(), false); err != nil {
+		t.Fatalf("remove the unused agent volume: %v", err)
+	}
+	create()
+}
+
+// privateAgent writes a variant of the test agent (trailing bytes change its hash, not
+// the executable), so a driver using it has an agent volume of its own.
+func privateAgent(t *testing.T) (path string, bin []byte) {
+	t.Helper()
+	if agentErr != nil {
+		skipOrFail(t, "%v", agentErr)
+	}
+	bin, err := os.ReadFile(agentBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 16)
+	_, _ = rand.Read(junk)
+	bin = append(bin, junk...)
+	path = filepath.Join(t.TempDir(), "cws-agent")
+	if err := os.WriteFile(path, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, bin
+}
+
+func removeAgentVolumeAtEnd(t *testing.T, cli *client.Client, d *Driver) {
+	t.Cleanup(func() {
+		if err := cli.VolumeRemove(context.WithoutCancel(t.Context()), d.AgentVolume(), true); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Errorf("remove agent volume: %v", err)
+		}
+	})
 }
 
 // withVolume runs f with a created (never started) container that mounts vol at /.cws.

@@ -77,7 +77,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 		log.Warn("container create warning", "container", resp.ID, "warning", w)
 	}
 
-	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if err := d.startContainer(ctx, resp.ID, spec.Image); err != nil {
 		d.cleanup(ctx, log, resp.ID, vol, ss.key)
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: start container: %w", spec.Session, err)
 	}

@@ -27,7 +27,11 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return nil
 	}
 	d.restoreSocketDir(c)
-	if err := d.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	image := ""
+	if c.Config != nil {
+		image = c.Config.Image
+	}
+	if err := d.startContainer(ctx, c.ID, image); err != nil {
 		return notFound("start sandbox", id, err)
 	}
 	return nil

@@ -90,7 +90,8 @@ func newDriver(t testing.TB) *Driver {
 	return newDriverWith(t, Config{})
 }
 
-// newDriverWith is newDriver with cfg's Transport, SocketDir and Log (the rest is set).
+// newDriverWith is newDriver with cfg's Transport, SocketDir, Log and AgentBinary (the
+// rest is set).
 func newDriverWith(t testing.TB, cfg Config) *Driver {
 	t.Helper()
 	if agentErr != nil {
@@ -98,7 +99,8 @@ func newDriverWith(t testing.TB, cfg Config) *Driver {
 	}
 	w := &testWriter{t: t}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg.AgentBinary, cfg.StopTimeout, cfg.Instance = agentBinary, 2*time.Second, "test-docker"
+	cfg.AgentBinary = cmp.Or(cfg.AgentBinary, agentBinary)
+	cfg.StopTimeout, cfg.Instance = 2*time.Second, "test-docker"
 	cfg.SocketDir = cmp.Or(cfg.SocketDir, socketDir)
 	if cfg.Log == nil {
 		cfg.Log = log

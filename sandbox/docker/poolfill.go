@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/cwsdev/cws/sandbox"
@@ -60,7 +59,7 @@ func (e poolEngine) Make(ctx context.Context, image string) (pool.Box, error) {
 		d.cleanup(ctx, log, "", vol, ss.key)
 		return pool.Box{}, fmt.Errorf("pool %s: create container: %w", image, err)
 	}
-	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if err := d.startContainer(ctx, resp.ID, image); err != nil {
 		d.cleanup(ctx, log, resp.ID, vol, ss.key)
 		return pool.Box{}, fmt.Errorf("pool %s: start container: %w", image, err)
 	}
