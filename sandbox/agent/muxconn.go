@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"io"
+	"net"
 	"sync"
 	"time"
 )
@@ -19,9 +20,12 @@ const (
 	yamuxTypeWindow = 1
 	yamuxFlagSYN    = 0x1
 	yamuxFlagRST    = 0x8
-	// coalesceMax bounds what is copied to join a header to its body: a larger body goes
-	// in a write of its own (its copy would cost more than the saved write).
+	// coalesceMax bounds what is copied to join a header to its body. directMin is the
+	// body from which a frame is not copied at all: its header and body go out in one
+	// writev as they are (copying bulk data twice, into the frame and then into the
+	// batch, cost a 32 KiB-write stream two thirds of its throughput).
 	coalesceMax = 64 << 10
+	directMin   = 16 << 10
 )
 
 // frameConn wraps the connection a yamux session runs on. It follows the frame
@@ -204,7 +208,7 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			h := c.buf[len(c.buf)-yamuxHeaderSize:]
 			if h[0] != yamuxVersion {
 				c.raw = true
-				err := c.writeNow()
+				err := c.writeNow(nil)
 				if err == nil && len(p) > 0 {
 					var m int
 					m, err = c.ReadWriteCloser.Write(p)
@@ -218,15 +222,10 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			}
 		} else {
 			k := int(min(uint32(len(p)), c.body))
-			if len(c.buf)+k <= coalesceMax {
+			if c.body < directMin && len(c.buf)+k <= coalesceMax {
 				c.buf = append(c.buf, p[:k]...)
-			} else {
-				if err := c.writeNow(); err != nil {
-					return n, err
-				}
-				if _, err := c.ReadWriteCloser.Write(p[:k]); err != nil {
-					return n, err
-				}
+			} else if err := c.writeNow(p[:k]); err != nil {
+				return n, err
 			}
 			c.body -= uint32(k)
 			n += k
@@ -271,14 +270,24 @@ func (c *frameConn) flush() error {
 // writeNow writes what is queued and the pending bytes of the current frame, in order,
 // before a write that bypasses the queue (a large body, a stream that is not yamux).
 // Called with mu.
-func (c *frameConn) writeNow() error {
+// writeNow writes, after what is queued, the pending bytes of the current frame and
+// then body, in one write (a writev on a socket).
+func (c *frameConn) writeNow(body []byte) error {
 	if err := c.waitDrained(); err != nil {
 		return err
 	}
-	if len(c.buf) == 0 {
+	var err error
+	switch {
+	case len(c.buf) == 0 && len(body) == 0:
 		return nil
+	case len(c.buf) == 0:
+		_, err = c.ReadWriteCloser.Write(body)
+	case len(body) == 0:
+		_, err = c.ReadWriteCloser.Write(c.buf)
+	default:
+		bufs := net.Buffers{c.buf, body}
+		_, err = bufs.WriteTo(c.ReadWriteCloser)
 	}
-	_, err := c.ReadWriteCloser.Write(c.buf)
 	c.resetBuf()
 	return err
 }

@@ -5,11 +5,16 @@ import (
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
+	"net"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // writeLog records each write the wrapped connection makes.
@@ -69,12 +74,14 @@ func yamuxFrame(typ byte, stream uint32, body []byte, length uint32) []byte {
 func TestMuxConnFrames(t *testing.T) {
 	small := bytes.Repeat([]byte("a"), 4200)
 	big := bytes.Repeat([]byte("b"), coalesceMax+1000)
+	bulk := bytes.Repeat([]byte("c"), 32<<10)
 	frames := [][]byte{
 		yamuxFrame(1, 1, nil, 262144),               // window update (SYN): length is a delta, no body
 		yamuxFrame(0, 1, small, uint32(len(small))), // data
 		yamuxFrame(0, 1, nil, 0),                    // empty data
 		yamuxFrame(2, 0, nil, 7),                    // ping: length is an opaque value
 		yamuxFrame(0, 3, big, uint32(len(big))),     // data larger than coalesceMax
+		yamuxFrame(0, 3, bulk, uint32(len(bulk))),   // bulk data: written as it is, never copied
 		yamuxFrame(1, 1, nil, 0),                    // FIN
 	}
 	var stream []byte
@@ -83,8 +90,9 @@ func TestMuxConnFrames(t *testing.T) {
 		stream = append(stream, f...)
 		ends = append(ends, len(stream))
 	}
-	// unsplit checks that every frame but the big one lies within a single write (the
-	// big one's body may go in writes of its own, as it comes).
+	// unsplit checks that every frame but the bulk ones lies within a single write (a
+	// bulk body goes with its header in one writev, on a socket; here, which has no
+	// writev, in writes of its own).
 	unsplit := func(t *testing.T, writes [][]byte) {
 		t.Helper()
 		var starts []int
@@ -94,7 +102,7 @@ func TestMuxConnFrames(t *testing.T) {
 			at += len(w)
 		}
 		for i, end := range ends {
-			if i == 4 {
+			if len(frames[i])-yamuxHeaderSize >= directMin {
 				continue
 			}
 			begin := end - len(frames[i])
@@ -296,4 +304,66 @@ func TestMuxConnLazyControl(t *testing.T) {
 			t.Fatalf("after Close: %q", got)
 		}
 	})
+}
+
+// BenchmarkMuxConnBulk streams data one way over yamux on a unix socket, frameConn on
+// both ends, in writes of 32 KiB (what net/http's body copy makes: a preview's or an
+// egress response's body) and of ChunkSize. It prints MB/s (at 32 KiB, 0.78 GB/s when
+// every frame was copied twice; 2.4 GB/s written as it is, on this machine).
+func BenchmarkMuxConnBulk(b *testing.B) {
+	for _, size := range []int{32 << 10, ChunkSize} {
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			l, err := net.Listen("unix", filepath.Join(b.TempDir(), "s"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				s, err := yamux.Server(MuxConn(c), YamuxConfig())
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				st, err := s.Accept()
+				if err != nil {
+					return
+				}
+				buf := make([]byte, size)
+				for {
+					if _, err := st.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			c, err := net.Dial("unix", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := yamux.Client(MuxConn(c), YamuxConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			st, err := s.Open()
+			if err != nil {
+				b.Fatal(err)
+			}
+			const total = 64 << 20
+			buf := make([]byte, ChunkSize)
+			b.SetBytes(total)
+			for b.Loop() {
+				for n := 0; n < total; {
+					m, err := st.Read(buf)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += m
+				}
+			}
+		})
+	}
 }
