@@ -161,8 +161,15 @@ func TestSuspendWakeE2E(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("50 REST calls on a suspended session: failures %v", bad)
 	}
-	if n := strings.Count(p.logs.String(), `msg="session woke"`); n != 2 {
+	// The log comes through a pipe: give the second wake's line a moment to arrive.
+	wakes := func() int { return strings.Count(p.logs.String(), `msg="session woke"`) }
+	for deadline := time.Now().Add(5 * time.Second); wakes() < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
+	if n := wakes(); n != 2 {
 		t.Errorf("the log says %d wakes, want 2 (one per suspend)", n)
+	}
+	if n := strings.Count(p.logs.String(), "starting it again"); n != 0 {
+		t.Errorf("calls during the wake started the sandbox themselves %d times; they should wait for the wake's start", n)
 	}
 	if r := p.post(t, tok, "/v1/sessions/"+id+"/resume", nil); r.status != http.StatusOK || decode[lifeView](t, r).State != "ready" {
 		t.Errorf("resume of a ready session: %d %s", r.status, r.body)

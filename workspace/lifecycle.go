@@ -273,6 +273,18 @@ func (s *Service) wakeSuspended(ctx context.Context, sess *Session) (*Session, e
 	prev := *sess
 	next := *sess
 	next.State, next.SuspendedAt, next.LastUsed = StateReady, time.Time{}, s.cfg.Now().UTC()
+	// Calls that read the record ready before the sandbox runs wait for this start
+	// (attach), so the sandbox is started once, by the wake.
+	started := make(chan struct{})
+	s.wakeStarts.Store(sess.Sandbox, started)
+	var once sync.Once
+	markStarted := func() {
+		once.Do(func() {
+			s.wakeStarts.CompareAndDelete(sess.Sandbox, started)
+			close(started)
+		})
+	}
+	defer markStarted()
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -283,7 +295,9 @@ func (s *Service) wakeSuspended(ctx context.Context, sess *Session) (*Session, e
 		return cause
 	}
 	s.forgetAgent(sess.Sandbox)
-	if err := s.cfg.Sandboxes.Start(ctx, sess.Sandbox); err != nil {
+	err := s.cfg.Sandboxes.Start(ctx, sess.Sandbox)
+	markStarted() // from here on a stopped sandbox is a fault, healed as usual
+	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return nil, fmt.Errorf("session %s: %w: its suspended sandbox is gone", sess.ID, ErrSessionLost)
 		}

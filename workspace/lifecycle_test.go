@@ -131,7 +131,9 @@ func TestSuspendWake(t *testing.T) {
 	}
 }
 
-// TestWakeOnce: 50 concurrent calls on a suspended session wake it once and all answer.
+// TestWakeOnce: 50 concurrent calls on a suspended session wake it once and all answer,
+// also when they come while the wake's start is under way (the session is recorded
+// ready just before it): they wait for that start instead of making their own.
 func TestWakeOnce(t *testing.T) {
 	l := newLifeEnv(t, "")
 	ctx := context.Background()
@@ -139,10 +141,14 @@ func TestWakeOnce(t *testing.T) {
 	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
 		t.Fatal(err)
 	}
+	l.local.StartDelay = 300 * time.Millisecond
 	starts := l.local.Starts
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
-	for range 50 {
+	for i := range 50 {
+		if i == 25 {
+			time.Sleep(100 * time.Millisecond) // the rest come during the start
+		}
 		wg.Go(func() {
 			_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
 			errs <- err

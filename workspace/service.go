@@ -153,7 +153,12 @@ type Service struct {
 
 	policyReads singleflight.Group // by session id: one workspace policy read at a time
 	wakes       singleflight.Group // by tenant/session: one wake at a time
-	quiet       [256]sync.RWMutex  // by session id's hash: writes read-lock, a snapshot locks (quiesce)
+	// starting holds, by sandbox ID, a channel closed once the wake of a suspended
+	// session has started its sandbox: the session is recorded ready just before, and
+	// a call that finds the sandbox stopped meanwhile waits for that start instead of
+	// making its own.
+	wakeStarts sync.Map
+	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
@@ -293,6 +298,9 @@ func (s *Service) agentFor(sandboxID string) *agent.Client {
 // removed one is ErrSessionLost.
 func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteCloser, error) {
 	conn, err := s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	if errors.Is(err, sandbox.ErrStopped) && s.awaitStart(ctx, sandboxID) {
+		conn, err = s.cfg.Sandboxes.Attach(ctx, sandboxID)
+	}
 	if errors.Is(err, sandbox.ErrStopped) {
 		s.log.Warn("sandbox is stopped, starting it again", "sandbox", sandboxID)
 		if err := s.cfg.Sandboxes.Start(ctx, sandboxID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
@@ -305,6 +313,21 @@ func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteClo
 		return nil, fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	return conn, err
+}
+
+// awaitStart waits, if a wake on this replica is starting sandboxID, until it has, and
+// says whether it waited.
+func (s *Service) awaitStart(ctx context.Context, sandboxID string) bool {
+	ch, ok := s.wakeStarts.Load(sandboxID)
+	if !ok {
+		return false
+	}
+	select {
+	case <-ch.(chan struct{}):
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // forgetAgent drops a sandbox's agent client (a stopped sandbox started again, a lost

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent/server"
@@ -31,7 +32,10 @@ type Local struct {
 	// Creates counts Create calls.
 	Creates int
 	// Starts counts Start calls.
-	Starts                  int
+	Starts int
+	// StartDelay is how long Start takes before the sandbox runs (docker start takes
+	// about 200 ms).
+	StartDelay              time.Duration
 	agentRestarts, restarts int // see Heals
 	// StuckAfterAgentRestart keeps a frozen agent frozen through RestartAgent, so that
 	// only Restart brings it back.
@@ -220,6 +224,13 @@ func (l *Local) restart(id string, whole bool) error {
 
 // Start starts a stopped sandbox again (Stop's undo); unknown ids are ErrNotFound.
 func (l *Local) Start(ctx context.Context, id string) error {
+	if l.StartDelay > 0 {
+		select {
+		case <-time.After(l.StartDelay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s, ok := l.sb[id]
