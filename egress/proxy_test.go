@@ -1602,3 +1602,56 @@ func TestServeInformationalHead(t *testing.T) {
 		noLength(t, head)
 	})
 }
+
+// TestServePlainHTTPStreamsBody: a response body of known length goes to the client as
+// the destination sends it (the proxy's large copy buffer must never wait to fill), and
+// a large one arrives whole.
+func TestServePlainHTTPStreamsBody(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			_, _ = w.Write(big)
+			return
+		}
+		w.Header().Set("Content-Length", "10")
+		_, _ = io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		<-release // the rest only once the client has the first part
+		_, _ = io.WriteString(w, "-last")
+	}))
+	defer srv.Close()
+	defer close(release)
+	hp := net.JoinHostPort("allowed.test", strconv.Itoa(srvPort(t, srv)))
+	p, _ := newPx()
+	c := dialPx(t, p, "s1", listed(pxRules(t), 0))
+	br := bufio.NewReader(c)
+
+	write(t, c, "GET http://"+hp+"/trickle HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+		t.Fatalf("the first part of the body: %q, %v (held back until the body is whole?)", first, err)
+	}
+	release <- struct{}{}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "-last" {
+		t.Fatalf("the rest: %q, %v", rest, err)
+	}
+
+	write(t, c, "GET http://"+hp+"/big HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("1 MiB body: %d bytes, equal %v, %v", len(got), bytes.Equal(got, big), err)
+	}
+}
