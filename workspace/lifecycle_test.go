@@ -36,6 +36,12 @@ type lifeEnv struct {
 
 func newLifeEnv(t *testing.T, tenantPolicyJSON string) *lifeEnv {
 	t.Helper()
+	return newLifeEnvWith(t, tenantPolicyJSON, nil)
+}
+
+// newLifeEnvWith is newLifeEnv with configure applied to the Service's Config.
+func newLifeEnvWith(t *testing.T, tenantPolicyJSON string, configure func(*workspace.Config)) *lifeEnv {
+	t.Helper()
 	if tenantPolicyJSON == "" {
 		tenantPolicyJSON = "{}"
 	}
@@ -55,6 +61,9 @@ func newLifeEnv(t *testing.T, tenantPolicyJSON string) *lifeEnv {
 		Tenants: tenants{testTenant: tp, otherTenant: other}, DefaultImage: "test-image", PolicyTTL: time.Nanosecond,
 		Snapshots: l.snaps, SuspendAfter: 10 * time.Minute, ArchiveAfter: 24 * time.Hour, Now: clk.Now, RenewFlush: time.Hour,
 		DefaultIdleTTL: 7 * 24 * time.Hour, DefaultMaxLife: 30 * 24 * time.Hour}
+	if configure != nil {
+		configure(&l.cfg)
+	}
 	svc := workspace.New(l.cfg)
 	t.Cleanup(svc.Close)
 	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}

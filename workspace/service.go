@@ -85,6 +85,11 @@ type Config struct {
 	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
 	// workspace makes to its proxy is refused.
 	Egress *egress.Proxy
+	// MaxPortConns is the most connections to a session's ports (previews, port
+	// forwards) open at once on this replica; past it DialPort is ErrQuota. Each holds
+	// up to the agent connection's stream window in cws while its client reads
+	// slowly, so a link holder can't pin unbounded memory. Zero: DefaultMaxPortConns.
+	MaxPortConns int
 	// Diff computes the REST diff of a session (core.Diff); nil: the diff endpoint
 	// answers that it is not available.
 	Diff func(ctx context.Context, env tool.Env) (string, error)
@@ -158,6 +163,7 @@ type Service struct {
 	// a call that finds the sandbox stopped meanwhile waits for that start instead of
 	// making its own.
 	wakeStarts sync.Map
+	portConns  sync.Map          // sandbox ID → *atomic.Int64: its open DialPort connections
 	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
 
 	mu        sync.Mutex
@@ -344,6 +350,7 @@ func (s *Service) forgetAgent(sandboxID string) {
 // under way stops. It never waits on the agent.
 func (s *Service) endAgent(sandboxID string) {
 	s.owners.Delete(sandboxID)
+	s.portConns.Delete(sandboxID)
 	if c := s.takeAgent(sandboxID); c != nil {
 		c.Shutdown()
 	}

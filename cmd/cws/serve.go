@@ -149,7 +149,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		log.Warn("no snapshot store (--snapshot-store none): snapshots and archiving are off")
 	}
 	proxy := newEgressProxy(cfg, log)
-	svc := workspace.New(workspace.Config{Egress: proxy, AdminTenant: cfg.AdminTenant, UsageEvery: cfg.UsageEvery, Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
+	svc := workspace.New(workspace.Config{Egress: proxy, MaxPortConns: cfg.PreviewMaxConns, AdminTenant: cfg.AdminTenant, UsageEvery: cfg.UsageEvery, Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
 		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log),
 		DefaultIdleTTL: cfg.SessionTTL, DefaultMaxLife: cfg.MaxLifetime, SuspendAfter: cfg.SuspendAfter, ArchiveAfter: cfg.ArchiveAfter, Snapshots: snaps})
 	defer svc.Close()
