@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -137,19 +138,43 @@ func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	for i, sum := range w.sums {
+		w.entries[i].Blob = sum
+	}
 	return s.finish(ctx, meta, w.entries, w.stored.Load())
 }
 
 // writing is one Write under way.
 type writing struct {
 	s       *Store
-	g       *errgroup.Group // stores the contents, several at a time
+	g       *errgroup.Group // hashes and stores the contents, several at a time
 	ctx     context.Context // g's
 	meta    *Snapshot
 	limit   int64
 	entries []entry
-	stored  atomic.Int64    // bytes written to the backend
-	pending map[string]bool // contents handed to g already (read's goroutine only)
+	stored  atomic.Int64 // bytes written to the backend
+
+	mu      sync.Mutex
+	pending map[string]bool // contents being stored or stored already
+	sums    map[int]string  // entries' Blob, by index, from the workers
+}
+
+// blob records that entry i (-1: set by the caller) holds contents sum, and says
+// whether the caller is the first with them, and so must store them.
+func (w *writing) blob(i int, sum string) (first bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i >= 0 {
+		if w.sums == nil {
+			w.sums = map[int]string{}
+		}
+		w.sums[i] = sum
+	}
+	if w.pending[sum] {
+		return false
+	}
+	w.pending[sum] = true
+	return true
 }
 
 // read reads the workspace's tar stream into w.entries, handing each file's contents to
@@ -182,16 +207,35 @@ func (w *writing) read(r io.Reader) error {
 				return fmt.Errorf("%w: the workspace holds more than %d bytes of files", ErrTooLarge, w.limit)
 			}
 			e.Size = h.Size
+			if h.Size <= inMemory {
+				// Hashed by the worker that stores it, so that hashing runs beside the
+				// read of the next files instead of after each.
+				mem := make([]byte, h.Size)
+				if _, err := io.ReadFull(tr, mem); err != nil {
+					return fmt.Errorf("snapshot: read the workspace: %w", err)
+				}
+				i := len(w.entries)
+				w.g.Go(func() error {
+					sum := sha256.Sum256(mem)
+					c := &content{sum: hex.EncodeToString(sum[:]), mem: mem}
+					if !w.blob(i, c.sum) {
+						return nil // another file of this snapshot has these contents
+					}
+					n, err := w.s.putBlob(w.ctx, w.meta.Tenant, c)
+					w.stored.Add(n)
+					return err
+				})
+				break
+			}
 			c, err := w.s.spool(tr, h.Size)
 			if err != nil {
 				return err
 			}
 			e.Blob = c.sum
-			if w.pending[c.sum] {
+			if !w.blob(-1, c.sum) {
 				c.close()
 				break
 			}
-			w.pending[c.sum] = true
 			w.g.Go(func() error {
 				defer c.close()
 				n, err := w.s.putBlob(w.ctx, w.meta.Tenant, c)
