@@ -123,6 +123,7 @@ func TestHelmRejects(t *testing.T) {
 		{"embedded store with replicas", []string{"--set", "redis.enabled=false"}, "replicaCount: 1"},
 		{"unknown docker mode", []string{"--set", "docker.mode=podman"}, "/docker/mode"},
 		{"unknown driver", []string{"--set", "driver=podman"}, "/driver"},
+		{"no preview connections", []string{"--set", "network.previewMaxConns=0"}, "previewMaxConns"},
 		{"bad sessions namespace", []string{"--set", "driver=kubernetes", "--set", "kubernetes.namespace=Sessions_1"}, "/kubernetes/namespace"},
 		{"sessions in the release namespace", []string{"--set", "driver=kubernetes", "--set", "kubernetes.namespace=default"}, "release's own namespace"},
 		{"unknown kube transport", []string{"--set", "driver=kubernetes", "--set", "kubernetes.transport=ssh"}, "/kubernetes/transport"},
