@@ -210,11 +210,12 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 
 // proxyPort proxies r to port of session id as who, with path as the request's path.
 func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, who workspace.Caller, id string, port int, path string, ownOrigin bool) {
-	ctx := r.Context()
-	if err := s.cfg.Service.CheckPort(ctx, who, id, port); err != nil {
+	release, err := s.cfg.Service.HoldPort(r.Context(), who, id, port)
+	if err != nil {
 		writeError(w, s.log, err)
 		return
 	}
+	defer release()
 	if strings.EqualFold(r.Header.Get("Upgrade"), TunnelProtocol) {
 		s.tunnel(w, r, who, id, port)
 		return

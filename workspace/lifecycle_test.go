@@ -416,11 +416,15 @@ func TestReconcileAfterFlush(t *testing.T) {
 // flakyEngine is a sandbox engine that is down while down is set: Start fails.
 type flakyEngine struct {
 	*sandboxtest.Local
-	down atomic.Bool
+	down     atomic.Bool
+	delay    time.Duration // how long a failing Start takes
+	attempts atomic.Int32  // Start calls
 }
 
 func (f *flakyEngine) Start(ctx context.Context, id string) error {
+	f.attempts.Add(1)
 	if f.down.Load() {
+		time.Sleep(f.delay)
 		return errors.New("Cannot connect to the Docker daemon")
 	}
 	return f.Local.Start(ctx, id)
@@ -449,6 +453,40 @@ func TestWakeEngineDown(t *testing.T) {
 	if st := l.session().State; st != workspace.StateSuspended {
 		t.Errorf("after a failed wake the session is %s, want suspended", st)
 	}
+
+	// Calls that come while the failing start is under way (the session recorded ready
+	// meanwhile) fail with it: none starts the sandbox itself, which would leave a
+	// suspended session running.
+	eng.delay = 300 * time.Millisecond
+	eng.attempts.Store(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := range 10 {
+		if i == 5 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		wg.Go(func() {
+			_, err := svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, workspace.ErrUnavailable) {
+			t.Errorf("a call during a failing wake: %v, want ErrUnavailable", err)
+		}
+	}
+	if n := eng.attempts.Load(); n != 1 {
+		t.Errorf("%d starts during one failing wake, want 1 (the wake's)", n)
+	}
+	if st := l.session().State; st != workspace.StateSuspended {
+		t.Errorf("after the failed wake the session is %s, want suspended", st)
+	}
+	if boxes, _ := l.local.List(ctx, nil); len(boxes) != 1 || boxes[0].Running {
+		t.Errorf("after the failed wake the sandbox is %+v, want stopped", boxes)
+	}
+
 	eng.down.Store(false)
 	if got := l.read("a.txt"); got != "whole" {
 		t.Errorf("readFile once the engine is back = %q", got)

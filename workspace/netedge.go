@@ -171,13 +171,8 @@ func (s *Service) DialPort(ctx context.Context, caller Caller, id string, port i
 		return nil, err
 	}
 	sess := c.sess
-	release, err := s.holdPortConn(sess)
-	if err != nil {
-		return nil, err
-	}
 	conn, err := c.agent.Dial(ctx, port)
 	if err != nil {
-		release()
 		if errors.Is(err, agent.ErrRefused) {
 			return nil, fmt.Errorf("%w: nothing is listening on port %d in session %s", ErrNoListener, port, id)
 		}
@@ -188,7 +183,6 @@ func (s *Service) DialPort(ctx context.Context, caller Caller, id string, port i
 	}
 	s.renew(ctx, sess)
 	return &countedConn{Conn: conn, done: func(out, in int64) {
-		release()
 		s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: sess.Tenant, Subject: caller.Subject, Session: sess.ID,
 			Tool: "preview", Decision: "allow", Outcome: "ok", Duration: time.Since(start).Seconds(), Target: target,
 			BytesOut: out, BytesIn: in})
@@ -200,10 +194,25 @@ func (s *Service) DialPort(ctx context.Context, caller Caller, id string, port i
 
 // DefaultMaxPortConns is Config.MaxPortConns's default: far more than a browser opens
 // to one app (about 6, plus its WebSockets), and a bound on what slow readers can make
-// cws hold for one session (each connection up to agent.StreamWindow).
+// cws hold for one session (each exchange up to agent.StreamWindow).
 const DefaultMaxPortConns = 64
 
-// holdPortConn counts one more connection to sess's ports, or refuses it past the
+// HoldPort is CheckPort that also takes one of the session's places for an exchange
+// with its ports (a proxied request, a WebSocket, a port-forward tunnel), for as long
+// as the exchange lasts: release (once) gives it back. Past Config.MaxPortConns it is
+// ErrQuota. Idle connections kept for reuse hold no place: they carry nothing.
+func (s *Service) HoldPort(ctx context.Context, caller Caller, id string, port int) (release func(), err error) {
+	if err := caller.need(auth.ScopePorts, "reaching a workspace port"); err != nil {
+		return nil, err
+	}
+	c, err := s.portPolicy(ctx, caller, id, port)
+	if err != nil {
+		return nil, err
+	}
+	return s.holdPortConn(c.sess)
+}
+
+// holdPortConn counts one more exchange with sess's ports, or refuses it past the
 // cap; release (once) gives the place back.
 func (s *Service) holdPortConn(sess *Session) (release func(), err error) {
 	v, _ := s.portConns.LoadOrStore(sess.Sandbox, new(atomic.Int64))
@@ -211,7 +220,7 @@ func (s *Service) holdPortConn(sess *Session) (release func(), err error) {
 	limit := cmp.Or(s.cfg.MaxPortConns, DefaultMaxPortConns)
 	if n.Add(1) > int64(limit) {
 		n.Add(-1)
-		return nil, fmt.Errorf("%w: session %s already has %d connections open to its ports, the most this server allows (cws serve --preview-max-conns); close some, or retry once they end", ErrQuota, sess.ID, limit)
+		return nil, fmt.Errorf("%w: session %s already has %d exchanges open with its ports, the most this server allows (cws serve --preview-max-conns); close some, or retry once they end", ErrQuota, sess.ID, limit)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { n.Add(-1) }) }, nil

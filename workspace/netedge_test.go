@@ -9,12 +9,14 @@ import (
 	"testing"
 
 	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/policy"
 )
 
-// TestDialPortCap: a session's open connections to its ports are capped
-// (Config.MaxPortConns); past it DialPort is ErrQuota, naming the flag, and a closed
-// connection gives its place back. Another session has its own count.
-func TestDialPortCap(t *testing.T) {
+// TestHoldPortCap: a session's exchanges with its ports are capped (Config.MaxPortConns);
+// past it HoldPort is ErrQuota, naming the flag; a release gives its place back, once;
+// connections themselves (DialPort, which a pool may keep idle) hold no place; another
+// session has its own count.
+func TestHoldPortCap(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,40 +35,39 @@ func TestDialPortCap(t *testing.T) {
 	l := newLifeEnvWith(t, fmt.Sprintf(`{"previewPorts": [%d]}`, port), func(c *workspace.Config) { c.MaxPortConns = 3 })
 	ctx := context.Background()
 
-	var open []net.Conn
-	defer func() {
-		for _, c := range open {
-			c.Close()
-		}
-	}()
+	var held []func()
 	for i := range 3 {
-		c, err := l.svc.DialPort(ctx, l.caller, l.id, port)
+		release, err := l.svc.HoldPort(ctx, l.caller, l.id, port)
 		if err != nil {
-			t.Fatalf("connection %d of 3: %v", i+1, err)
+			t.Fatalf("exchange %d of 3: %v", i+1, err)
 		}
-		open = append(open, c)
+		held = append(held, release)
 	}
-	_, err = l.svc.DialPort(ctx, l.caller, l.id, port)
-	if !errors.Is(err, workspace.ErrQuota) || !containsAll(err.Error(), "3 connections", "--preview-max-conns") {
-		t.Fatalf("a 4th connection: %v, want ErrQuota naming the cap and the flag", err)
+	_, err = l.svc.HoldPort(ctx, l.caller, l.id, port)
+	if !errors.Is(err, workspace.ErrQuota) || !containsAll(err.Error(), "3 exchanges", "--preview-max-conns") {
+		t.Fatalf("a 4th exchange: %v, want ErrQuota naming the cap and the flag", err)
 	}
-	// Each connection still works; closing one makes room.
-	if _, err := open[0].Write([]byte("ping")); err != nil {
+	// Connections are not exchanges: a full session still dials (its pool's idle ones).
+	conn, err := l.svc.DialPort(ctx, l.caller, l.id, port)
+	if err != nil {
+		t.Fatalf("DialPort with every place held: %v", err)
+	}
+	if _, err := conn.Write([]byte("ping")); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 4)
-	if _, err := io.ReadFull(open[0], buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("echo through a capped session: %q, %v", buf, err)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo: %q, %v", buf, err)
 	}
-	open[0].Close()
-	open[0].Close() // twice: gives back one place, not two
-	c, err := l.svc.DialPort(ctx, l.caller, l.id, port)
-	if err != nil {
-		t.Fatalf("after a close: %v", err)
+	conn.Close()
+
+	held[0]()
+	held[0]() // twice: gives back one place, not two
+	if held[0], err = l.svc.HoldPort(ctx, l.caller, l.id, port); err != nil {
+		t.Fatalf("after a release: %v", err)
 	}
-	open[0] = c
-	if _, err := l.svc.DialPort(ctx, l.caller, l.id, port); !errors.Is(err, workspace.ErrQuota) {
-		t.Fatalf("a double close freed two places: %v", err)
+	if _, err := l.svc.HoldPort(ctx, l.caller, l.id, port); !errors.Is(err, workspace.ErrQuota) {
+		t.Fatalf("a double release freed two places: %v", err)
 	}
 
 	// Another session of the tenant is not held back by this one's.
@@ -74,9 +75,16 @@ func TestDialPortCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := l.svc.DialPort(ctx, l.caller, other.ID, port)
+	release, err := l.svc.HoldPort(ctx, l.caller, other.ID, port)
 	if err != nil {
 		t.Fatalf("another session: %v", err)
 	}
-	c2.Close()
+	release()
+	// A port the policy doesn't list is refused before any place is taken.
+	if _, err := l.svc.HoldPort(ctx, l.caller, other.ID, port+1); !errors.Is(err, policy.ErrPolicy) {
+		t.Fatalf("an unlisted port: %v, want policy.ErrPolicy", err)
+	}
+	for _, r := range held {
+		r()
+	}
 }

@@ -109,8 +109,8 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			sess.State = StateReady
 			_ = s.cfg.Store.UpdateSession(ctx, sess)
 		case ok:
-			if !b.Running && sess.State == StateReady && !sess.Expired(now) {
-				s.restart(ctx, b, "reconcile")
+			if _, waking := s.wakeStarts.Load(b.ID); !b.Running && sess.State == StateReady && !sess.Expired(now) && !waking {
+				s.restart(ctx, b, "reconcile") // (a wake recorded it ready and is starting it)
 			}
 		case adoptable(b, now):
 			if err := s.adopt(ctx, b); err != nil {

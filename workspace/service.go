@@ -85,10 +85,11 @@ type Config struct {
 	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
 	// workspace makes to its proxy is refused.
 	Egress *egress.Proxy
-	// MaxPortConns is the most connections to a session's ports (previews, port
-	// forwards) open at once on this replica; past it DialPort is ErrQuota. Each holds
-	// up to the agent connection's stream window in cws while its client reads
-	// slowly, so a link holder can't pin unbounded memory. Zero: DefaultMaxPortConns.
+	// MaxPortConns is the most exchanges with a session's ports (proxied requests,
+	// WebSockets, port forwards) under way at once on this replica; past it HoldPort
+	// is ErrQuota. Each holds up to the agent connection's stream window in cws while
+	// its client reads slowly, so a link holder can't pin unbounded memory. Zero:
+	// DefaultMaxPortConns.
 	MaxPortConns int
 	// Diff computes the REST diff of a session (core.Diff); nil: the diff endpoint
 	// answers that it is not available.
@@ -163,7 +164,7 @@ type Service struct {
 	// a call that finds the sandbox stopped meanwhile waits for that start instead of
 	// making its own.
 	wakeStarts sync.Map
-	portConns  sync.Map          // sandbox ID → *atomic.Int64: its open DialPort connections
+	portConns  sync.Map          // sandbox ID → *atomic.Int64: its exchanges under way (HoldPort)
 	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
 
 	mu        sync.Mutex
@@ -306,6 +307,11 @@ func (s *Service) attach(ctx context.Context, sandboxID string) (io.ReadWriteClo
 	conn, err := s.cfg.Sandboxes.Attach(ctx, sandboxID)
 	if errors.Is(err, sandbox.ErrStopped) && s.awaitStart(ctx, sandboxID) {
 		conn, err = s.cfg.Sandboxes.Attach(ctx, sandboxID)
+		if errors.Is(err, sandbox.ErrStopped) {
+			// The wake could not start it, and puts the session back to suspended:
+			// starting it here would leave a suspended session running.
+			return nil, fmt.Errorf("%w: the session's wake could not start its sandbox (retry in a moment)", ErrUnavailable)
+		}
 	}
 	if errors.Is(err, sandbox.ErrStopped) {
 		s.log.Warn("sandbox is stopped, starting it again", "sandbox", sandboxID)

@@ -78,7 +78,7 @@ type Config struct {
 	EgressIdle         time.Duration // an egress connection that moves nothing this long is closed
 	EgressResolve      []string      // NAME=IP pins, ahead of DNS
 	PreviewDomain      string        // host-based preview links: {port}-{session}.DOMAIN
-	PreviewMaxConns    int           // connections open at once to one session's ports
+	PreviewMaxConns    int           // exchanges under way at once with one session's ports
 
 	AdminTenant string        // tenant whose tokens with scope admin see every tenant
 	UsageEvery  time.Duration // how often sessions' usage is sampled; 0: never
@@ -124,7 +124,7 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringArrayVar(&c.EgressDeny, "egress-deny", envList(getenv, "CWS_EGRESS_DENY"), "a CIDR the egress proxy never reaches, whatever the policy (a cluster's service or pod range that is not private); repeatable [CWS_EGRESS_DENY]")
 	f.StringArrayVar(&c.EgressResolve, "egress-resolve", envList(getenv, "CWS_EGRESS_RESOLVE"), "NAME=IP: resolve NAME to IP for the egress proxy, ahead of DNS, like curl --resolve (names without DNS; tests); the address is still checked; repeatable [CWS_EGRESS_RESOLVE]")
 	f.DurationVar(&c.EgressIdle, "egress-idle-timeout", envDuration(getenv, "CWS_EGRESS_IDLE_TIMEOUT", 5*time.Minute), "close an egress connection that moved nothing either way for this long [CWS_EGRESS_IDLE_TIMEOUT]")
-	f.IntVar(&c.PreviewMaxConns, "preview-max-conns", envInt(getenv, "CWS_PREVIEW_MAX_CONNS", workspace.DefaultMaxPortConns), "the most connections open at once to one session's ports (previews, port-forward), on this replica; more answer 429 [CWS_PREVIEW_MAX_CONNS]")
+	f.IntVar(&c.PreviewMaxConns, "preview-max-conns", envInt(getenv, "CWS_PREVIEW_MAX_CONNS", workspace.DefaultMaxPortConns), "the most exchanges under way at once with one session's ports (proxied requests, WebSockets, port-forward tunnels), on this replica; more answer 429 [CWS_PREVIEW_MAX_CONNS]")
 	f.StringVar(&c.PreviewDomain, "preview-domain", getenv("CWS_PREVIEW_DOMAIN"), "make preview links host-based, https://PORT-SESSION.DOMAIN/ (a wildcard DNS name and certificate for *.DOMAIN pointing at cws); empty: path-based links under --public-url [CWS_PREVIEW_DOMAIN]")
 	f.StringVar(&c.AdminTenant, "admin-tenant", getenv("CWS_ADMIN_TENANT"), "the tenant whose tokens carrying scope admin get the operator's view across tenants (/v1/admin, the console's overview); empty: nobody [CWS_ADMIN_TENANT]")
 	f.DurationVar(&c.UsageEvery, "usage-every", envDuration(getenv, "CWS_USAGE_EVERY", workspace.DefaultUsageEvery), "how often every running session's CPU, memory and processes are sampled from the engine (one request per session; disk is walked every minute); 0 never [CWS_USAGE_EVERY]")

@@ -118,6 +118,9 @@ type heardConn struct {
 	l *link
 }
 
+// Watched makes heardConn a ReadWatcher: writes may go to the connection under it.
+func (h heardConn) Watched() io.ReadWriteCloser { return h.ReadWriteCloser }
+
 func (h heardConn) Read(p []byte) (int, error) {
 	n, err := h.ReadWriteCloser.Read(p)
 	if n > 0 {

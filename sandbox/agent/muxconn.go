@@ -55,6 +55,31 @@ type frameConn struct {
 	// waits in out for the next frame, or at most lazyWait. armed: lazyTimer runs.
 	lazyTimer *time.Timer
 	armed     bool
+	// vec is the socket under the connection when writes may go to it directly, so a
+	// large frame's header and body go out in one writev (see vectored); nil: a frame
+	// of up to coalesceMax is copied into one write instead.
+	vec io.Writer
+}
+
+// ReadWatcher is a connection wrapper that only watches reads (the client's liveness):
+// a write may go to the connection it wraps.
+type ReadWatcher interface{ Watched() io.ReadWriteCloser }
+
+// vectored returns the socket under conn to which net.Buffers writes with one writev,
+// or nil: a unix or TCP connection, under read watchers and UnixConners.
+func vectored(conn io.ReadWriteCloser) io.Writer {
+	for {
+		switch c := conn.(type) {
+		case *net.UnixConn, *net.TCPConn:
+			return c.(io.Writer)
+		case UnixConner:
+			return c.UnixConn()
+		case ReadWatcher:
+			conn = c.Watched()
+		default:
+			return nil
+		}
+	}
 }
 
 // lazyWait is how long a stream's open, acknowledgement or close may wait for a frame
@@ -89,7 +114,7 @@ const (
 // in one write when they are queued together. Both ends use it under their yamux
 // session; it changes nothing on the wire.
 func MuxConn(conn io.ReadWriteCloser) io.ReadWriteCloser {
-	c := &frameConn{ReadWriteCloser: conn, buf: make([]byte, 0, 4096), kick: make(chan struct{}, 1)}
+	c := &frameConn{ReadWriteCloser: conn, buf: make([]byte, 0, 4096), kick: make(chan struct{}, 1), vec: vectored(conn)}
 	c.drained = sync.NewCond(&c.mu)
 	c.lazyTimer = time.AfterFunc(time.Hour, c.lazyDue)
 	c.lazyTimer.Stop()
@@ -222,7 +247,8 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			}
 		} else {
 			k := int(min(uint32(len(p)), c.body))
-			if c.body < directMin && len(c.buf)+k <= coalesceMax {
+			bulk := c.vec != nil && c.body >= directMin
+			if !bulk && len(c.buf)+k <= coalesceMax {
 				c.buf = append(c.buf, p[:k]...)
 			} else if err := c.writeNow(p[:k]); err != nil {
 				return n, err
@@ -254,6 +280,9 @@ func (c *frameConn) flush() error {
 	if c.werr != nil {
 		return c.werr
 	}
+	if c.closed { // closed while this write waited for room
+		return io.ErrClosedPipe
+	}
 	lazy := lazyFrame(c.buf)
 	c.out = append(c.out, c.buf...)
 	c.resetBuf()
@@ -271,22 +300,26 @@ func (c *frameConn) flush() error {
 // before a write that bypasses the queue (a large body, a stream that is not yamux).
 // Called with mu.
 // writeNow writes, after what is queued, the pending bytes of the current frame and
-// then body, in one write (a writev on a socket).
+// then body: in one writev on a socket, else in two writes.
 func (c *frameConn) writeNow(body []byte) error {
 	if err := c.waitDrained(); err != nil {
 		return err
 	}
+	if c.closed {
+		return io.ErrClosedPipe
+	}
 	var err error
 	switch {
-	case len(c.buf) == 0 && len(body) == 0:
-		return nil
-	case len(c.buf) == 0:
-		_, err = c.ReadWriteCloser.Write(body)
-	case len(body) == 0:
-		_, err = c.ReadWriteCloser.Write(c.buf)
-	default:
+	case len(c.buf) > 0 && len(body) > 0 && c.vec != nil:
 		bufs := net.Buffers{c.buf, body}
-		_, err = bufs.WriteTo(c.ReadWriteCloser)
+		_, err = bufs.WriteTo(c.vec)
+	default:
+		if len(c.buf) > 0 {
+			_, err = c.ReadWriteCloser.Write(c.buf)
+		}
+		if err == nil && len(body) > 0 {
+			_, err = c.ReadWriteCloser.Write(body)
+		}
 	}
 	c.resetBuf()
 	return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -365,5 +366,112 @@ func BenchmarkMuxConnBulk(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMuxConnVectored: frameConn writes a large frame with one writev straight to the
+// socket under the read watcher (the client's liveness wrapper); on anything else it
+// copies frames of up to coalesceMax into one write, as before.
+func TestMuxConnVectored(t *testing.T) {
+	a, b, err := socketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	if got := vectored(heardConn{a, nil}); got != io.Writer(a) {
+		t.Errorf("vectored(heardConn{unix}) = %T, want the *net.UnixConn", got)
+	}
+	if got := vectored(&writeLog{}); got != nil {
+		t.Errorf("vectored(a plain writer) = %T, want nil", got)
+	}
+
+	// No writev: a 32 KiB frame still goes out in one (copied) write.
+	log := &writeLog{}
+	c := MuxConn(log)
+	body := bytes.Repeat([]byte("d"), 32<<10)
+	f := yamuxFrame(0, 5, body, uint32(len(body)))
+	mustWrite(t, c, f[:yamuxHeaderSize])
+	mustWrite(t, c, f[yamuxHeaderSize:])
+	log.settle(t, len(f))
+	if w := log.snapshot(); len(w) != 1 || !bytes.Equal(w[0], f) {
+		t.Errorf("%d writes for one 32 KiB frame on a writer without writev, want 1", len(w))
+	}
+
+	// Over a socket: the frame arrives whole, header first.
+	sc := MuxConn(heardConn{a, nil})
+	go func() {
+		mustWrite(t, sc, f[:yamuxHeaderSize])
+		mustWrite(t, sc, f[yamuxHeaderSize:])
+	}()
+	got := make([]byte, len(f))
+	if _, err := io.ReadFull(b, got); err != nil || !bytes.Equal(got, f) {
+		t.Fatalf("over the socket: %v, equal %v", err, bytes.Equal(got, f))
+	}
+}
+
+// socketPair is two connected unix sockets.
+func socketPair() (*net.UnixConn, *net.UnixConn, error) {
+	dir, err := os.MkdirTemp("", "mux")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "s"), Net: "unix"})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	a, err := net.DialUnix("unix", nil, l.Addr().(*net.UnixAddr))
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := l.AcceptUnix()
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// blockingWriter holds every write until release is closed.
+type blockingWriter struct {
+	writeLog
+	release chan struct{}
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return w.writeLog.Write(p)
+}
+
+// TestMuxConnCloseWhileFull: a Close that drains the queue while a Write waits for
+// room in it ends that Write with an error; nothing panics (the flusher's channel is
+// closed by then).
+func TestMuxConnCloseWhileFull(t *testing.T) {
+	frame := yamuxFrame(0, 1, bytes.Repeat([]byte("x"), 1000), 1000)
+	for range 20 {
+		w := &blockingWriter{release: make(chan struct{})}
+		c := MuxConn(w)
+		wrote := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := c.Write(frame); err != nil {
+					wrote <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(5 * time.Millisecond) // the queue fills; the writer waits for room
+		closed := make(chan struct{})
+		go func() { c.Close(); close(closed) }()
+		time.Sleep(time.Millisecond)
+		close(w.release)
+		<-closed
+		select {
+		case <-wrote:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Write waiting for room never returned after Close")
+		}
 	}
 }

@@ -27,11 +27,8 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 		return nil
 	}
 	d.restoreSocketDir(c)
-	image := ""
-	if c.Config != nil {
-		image = c.Config.Image
-	}
-	if err := d.startContainer(ctx, c.ID, image); err != nil {
+	// The image's ID: its tag may have been removed since, the container keeps the image.
+	if err := d.startContainer(ctx, c.ID, c.Image); err != nil {
 		return notFound("start sandbox", id, err)
 	}
 	return nil
