@@ -296,11 +296,10 @@ func (c *frameConn) flush() error {
 	return nil
 }
 
-// writeNow writes what is queued and the pending bytes of the current frame, in order,
-// before a write that bypasses the queue (a large body, a stream that is not yamux).
-// Called with mu.
-// writeNow writes, after what is queued, the pending bytes of the current frame and
-// then body: in one writev on a socket, else in two writes.
+// writeNow writes what is queued, then the pending bytes of the current frame, then
+// body, in order, for a write that bypasses the queue (a large body, a stream that is
+// not yamux): the last two in one writev on a socket, else in two writes. Called with
+// mu.
 func (c *frameConn) writeNow(body []byte) error {
 	if err := c.waitDrained(); err != nil {
 		return err
