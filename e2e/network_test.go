@@ -494,32 +494,8 @@ func TestPreviewE2E(t *testing.T) {
 // wsEcho sends one text frame over a WebSocket at url and returns the answer's text.
 func wsEcho(t *testing.T, url, tok, msg string) string {
 	t.Helper()
-	u := strings.TrimPrefix(url, "http://")
-	host, path, _ := strings.Cut(u, "/")
-	conn, err := net.DialTimeout("tcp", host, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, br := wsOpen(t, url, tok)
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	var k [16]byte
-	_, _ = rand.Read(k[:])
-	key := base64.StdEncoding.EncodeToString(k[:])
-	auth := ""
-	if tok != "" {
-		auth = "Authorization: Bearer " + tok + "\r\n"
-	}
-	fmt.Fprintf(conn, "GET /%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n", path, host, key, auth)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("WebSocket handshake: %v", err)
-	}
-	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		t.Fatalf("WebSocket handshake: %d %s", resp.StatusCode, b)
-	}
 	mask := [4]byte{1, 2, 3, 4}
 	frame := []byte{0x81, 0x80 | byte(len(msg))}
 	frame = append(frame, mask[:]...)
@@ -538,6 +514,93 @@ func wsEcho(t *testing.T, url, tok, msg string) string {
 		t.Fatal(err)
 	}
 	return string(body)
+}
+
+// wsOpen opens a WebSocket at url (with tok, if any) and returns it once upgraded.
+func wsOpen(t *testing.T, url, tok string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	u := strings.TrimPrefix(url, "http://")
+	host, path, _ := strings.Cut(u, "/")
+	conn, err := net.DialTimeout("tcp", host, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	var k [16]byte
+	_, _ = rand.Read(k[:])
+	key := base64.StdEncoding.EncodeToString(k[:])
+	auth := ""
+	if tok != "" {
+		auth = "Authorization: Bearer " + tok + "\r\n"
+	}
+	fmt.Fprintf(conn, "GET /%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s\r\n", path, host, key, auth)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("WebSocket handshake: %v", err)
+	}
+	sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		conn.Close()
+		t.Fatalf("WebSocket handshake: %d %s", resp.StatusCode, b)
+	}
+	return conn, br
+}
+
+// TestPreviewCap: a session's exchanges with its ports are capped by cws serve
+// --preview-max-conns: with 2 WebSockets open, a third request is 429 quota_exceeded
+// naming the flag; once one closes, requests pass again. Another session is unaffected.
+func TestPreviewCap(t *testing.T) {
+	requireRealDeps(t)
+	fx := netFixture(t, netPolicy)
+	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--preview-max-conns", "2")
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
+	tok := fx.token(t, tenantOpen, "cap", "")
+	start := func() string {
+		r := p.post(t, tok, "/v1/sessions", map[string]any{})
+		if r.status != http.StatusCreated {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		id := decode[lifeView](t, r).ID
+		c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
+		c.call(t, "writeFile", map[string]any{"path": "app.py", "contents": previewApp})
+		c.call(t, "writeFile", map[string]any{"path": "index.html", "contents": "up"})
+		c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"app.py", "8000"}})
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			g := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/ports/8000/index.html", tok, nil, nil)
+			if g.status == http.StatusOK {
+				return id
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the app never answered: %d %s", g.status, g.body)
+			}
+		}
+	}
+	id, other := start(), start()
+	base := p.url + "/v1/sessions/" + id + "/ports/8000/"
+	ws1, _ := wsOpen(t, base+"ws", tok)
+	defer ws1.Close()
+	ws2, _ := wsOpen(t, base+"ws", tok)
+	defer ws2.Close()
+
+	g := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/ports/8000/index.html", tok, nil, nil)
+	if g.status != http.StatusTooManyRequests || !strings.Contains(string(g.body), "quota_exceeded") || !strings.Contains(string(g.body), "--preview-max-conns") {
+		t.Fatalf("a 3rd exchange with 2 WebSockets open: %d %s, want 429 quota_exceeded naming --preview-max-conns", g.status, g.body)
+	}
+	if g := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+other+"/ports/8000/index.html", tok, nil, nil); g.status != http.StatusOK {
+		t.Errorf("another session meanwhile: %d %s", g.status, g.body)
+	}
+	ws1.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		g := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/ports/8000/index.html", tok, nil, nil)
+		if g.status == http.StatusOK && string(g.body) == "up" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a WebSocket closed, and still: %d %s", g.status, g.body)
+		}
+	}
 }
 
 // listenAny accepts TCP connections on every address of the host (and holds them)
