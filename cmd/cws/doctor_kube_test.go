@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +37,7 @@ func TestDoctorKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	ns := fmt.Sprintf("cws-doctor-%d", os.Getpid())
+	ns := fmt.Sprintf("cws-doctor-%d-%d", os.Getpid(), time.Now().UnixNano()%1_000_000) // a namespace being deleted keeps its name a while
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +113,25 @@ func TestDoctorKubernetes(t *testing.T) {
 	shortPath := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*short, shortPath); err != nil {
 		t.Fatal(err)
+	}
+	// The API server authorizes from an informer's copy of the RBAC objects: wait until
+	// the new Role is in force (its pods list works) before asking the doctor.
+	src, err := clientcmd.BuildConfigFromFlags("", shortPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs, err := kubernetes.NewForConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := scs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the short Role is not in force after 30 s: %v", err)
+		}
 	}
 	got, code = doctor(append([]string{"--kubeconfig", shortPath, "--kube-namespace", ns}, images...)...)
 	t.Logf("doctor with a short Role:\n%s", got)
