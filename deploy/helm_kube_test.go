@@ -258,23 +258,34 @@ tenants:
 	}
 	call := func(method, path string, body any, want int) []byte {
 		t.Helper()
-		var rd io.Reader
+		var payload []byte
 		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequestWithContext(t.Context(), method, base+path, rd)
-		req.Header.Set("Authorization", "Bearer "+token)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
+			payload, _ = json.Marshal(body)
 		}
 		t0 := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
+		var resp *http.Response
+		var b []byte
+		// A 503 says "retry shortly" (a store call over --store-timeout on a loaded
+		// machine): a client does, a few times, as this one.
+		for attempt := 1; ; attempt++ {
+			req, _ := http.NewRequestWithContext(t.Context(), method, base+path, bytes.NewReader(payload))
+			req.Header.Set("Authorization", "Bearer "+token)
+			if body != nil {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			var err error
+			resp, err = client.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || want == http.StatusServiceUnavailable || attempt == 4 {
+				break
+			}
+			t.Logf("%s %s = %s (attempt %d), retrying: %s", method, path, resp.Status, attempt, b)
+			time.Sleep(time.Duration(attempt) * time.Second)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != want {
 			t.Fatalf("%s %s = %s, want %d: %s", method, path, resp.Status, want, b)
 		}
