@@ -354,25 +354,8 @@ func TestPreviewE2E(t *testing.T) {
 	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t))
 	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
 	tok := fx.token(t, tenantOpen, "preview", "")
-	r := p.post(t, tok, "/v1/sessions", map[string]any{})
-	if r.status != http.StatusCreated {
-		t.Fatalf("create: %d %s", r.status, r.body)
-	}
-	id := decode[lifeView](t, r).ID
-	c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
-	c.call(t, "writeFile", map[string]any{"path": "app.py", "contents": previewApp})
-	c.call(t, "writeFile", map[string]any{"path": "index.html", "contents": "<h1>preview works</h1>"})
-	c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"app.py", "8000"}})
+	id := startPreviewApp(t, p, tok, "<h1>preview works</h1>")
 	base := "/v1/sessions/" + id + "/ports/"
-	var g rest
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if g = do(t, nil, p.url, http.MethodGet, base+"8000/index.html", tok, nil, nil); g.status != http.StatusBadGateway || time.Now().After(deadline) {
-			break
-		}
-	}
-	if g.status != http.StatusOK || string(g.body) != "<h1>preview works</h1>" {
-		t.Fatalf("GET over a token: %d %s", g.status, g.body)
-	}
 
 	for _, tc := range []struct {
 		path   string
@@ -548,6 +531,32 @@ func wsOpen(t *testing.T, url, tok string) (net.Conn, *bufio.Reader) {
 	return conn, br
 }
 
+// startPreviewApp creates a session of p as tok, starts previewApp on its port 8000
+// with index.html holding index, and returns the session once a GET of index.html over
+// the token serves it.
+func startPreviewApp(t *testing.T, p *cwsProc, tok, index string) string {
+	t.Helper()
+	r := p.post(t, tok, "/v1/sessions", map[string]any{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decode[lifeView](t, r).ID
+	c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
+	c.call(t, "writeFile", map[string]any{"path": "app.py", "contents": previewApp})
+	c.call(t, "writeFile", map[string]any{"path": "index.html", "contents": index})
+	c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"app.py", "8000"}})
+	var g rest
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if g = do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/ports/8000/index.html", tok, nil, nil); g.status != http.StatusBadGateway || time.Now().After(deadline) {
+			break
+		}
+	}
+	if g.status != http.StatusOK || string(g.body) != index {
+		t.Fatalf("GET over a token: %d %s", g.status, g.body)
+	}
+	return id
+}
+
 // TestPreviewCap: a session's exchanges with its ports are capped by cws serve
 // --preview-max-conns: with 2 WebSockets open, a third request is 429 quota_exceeded
 // naming the flag; once one closes, requests pass again. Another session is unaffected.
@@ -557,27 +566,7 @@ func TestPreviewCap(t *testing.T) {
 	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), "--preview-max-conns", "2")
 	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
 	tok := fx.token(t, tenantOpen, "cap", "")
-	start := func() string {
-		r := p.post(t, tok, "/v1/sessions", map[string]any{})
-		if r.status != http.StatusCreated {
-			t.Fatalf("create: %d %s", r.status, r.body)
-		}
-		id := decode[lifeView](t, r).ID
-		c := connect(t, p.url+"/v1/sessions/"+id+"/mcp", tok, "")
-		c.call(t, "writeFile", map[string]any{"path": "app.py", "contents": previewApp})
-		c.call(t, "writeFile", map[string]any{"path": "index.html", "contents": "up"})
-		c.call(t, "startProcess", map[string]any{"command": "python3", "args": []string{"app.py", "8000"}})
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			g := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/ports/8000/index.html", tok, nil, nil)
-			if g.status == http.StatusOK {
-				return id
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the app never answered: %d %s", g.status, g.body)
-			}
-		}
-	}
-	id, other := start(), start()
+	id, other := startPreviewApp(t, p, tok, "up"), startPreviewApp(t, p, tok, "up")
 	base := p.url + "/v1/sessions/" + id + "/ports/8000/"
 	ws1, _ := wsOpen(t, base+"ws", tok)
 	defer ws1.Close()
