@@ -416,7 +416,7 @@ var errRetryable = errors.New("stream broken")
 
 func idempotent(op string) bool {
 	switch op {
-	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput, OpCheck, OpUsage:
+	case OpPing, OpStat, OpRead, OpList, OpSearch, OpProcList, OpProcOutput, OpCheck, OpUsage, OpTTYList, OpTTYGet:
 		return true
 	}
 	return false

@@ -42,6 +42,8 @@ func callTimeout(op string, args any) time.Duration {
 	switch op {
 	case OpRead, OpTarOut, OpTarIn:
 		return 0
+	case OpTTYAttach: // a viewer stays as long as its host wants; Liveness finds a dead agent
+		return 0
 	case OpSearch, OpList, OpCheck:
 		return WalkCallTimeout
 	case OpLSP:

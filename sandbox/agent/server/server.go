@@ -30,6 +30,7 @@ import (
 	"github.com/cwsdev/cws/sandbox/agent/server/op"
 	"github.com/cwsdev/cws/sandbox/agent/server/proc"
 	"github.com/cwsdev/cws/sandbox/agent/server/search"
+	"github.com/cwsdev/cws/sandbox/agent/server/tty"
 	"github.com/hashicorp/yamux"
 )
 
@@ -85,6 +86,7 @@ type Server struct {
 	archive *archive.Handlers
 	exec    *exec.Runner   // commands, and the exec operation
 	proc    *proc.Handlers // the background processes, kept by a keeper (package proc)
+	tty     *tty.Manager   // the interactive terminals (package tty)
 	ops     map[string]op.Handler
 	seen    *outcomes // answers to recent requests with ids (dedupe.go)
 	// landlock is the Landlock ABI commands are restricted with; 0: commands with an
@@ -139,6 +141,7 @@ func New(cfg Config) (*Server, error) {
 	s.search = &search.Handler{WS: ws}
 	s.archive = &archive.Handlers{WS: ws, Log: s.log, Wrote: s.lspWrote}
 	s.proc = &proc.Handlers{Keeper: proc.NewKeeper(cfg.ProcDir, cfg.Launcher, cfg.Log), Exec: s.exec, Log: s.log}
+	s.tty = &tty.Manager{Exec: s.exec, Log: s.log.With("component", "tty")}
 	s.ops = map[string]op.Handler{
 		agent.OpPing:       s.ping,
 		agent.OpStat:       s.files.Stat,
@@ -163,6 +166,15 @@ func New(cfg Config) (*Server, error) {
 		agent.OpTermInfo:   s.termInfo,
 		agent.OpTermClose:  s.termClose,
 		agent.OpUsage:      s.usage,
+		agent.OpTTYOpen:    s.tty.Open,
+		agent.OpTTYList:    s.tty.List,
+		agent.OpTTYGet:     s.tty.Get,
+		agent.OpTTYClose:   s.tty.Close,
+		agent.OpTTYResize:  s.tty.Resize,
+		agent.OpTTYSignal:  s.tty.Signal,
+		agent.OpTTYInput:   s.tty.Input,
+		agent.OpTTYAttach:  s.tty.Attach,
+		agent.OpTTYScreen:  s.tty.Screen,
 	}
 	return s, nil
 }

@@ -100,6 +100,9 @@ func (e ErrNotFound) Error() string {
 	return "command not found: " + e.Name + " (looked in " + agent.SafePath + ")"
 }
 
+// LookPath finds name on SafePath as Command does.
+func (rn *Runner) LookPath(name string) (string, error) { return rn.lookPath(name) }
+
 // lookPath finds name on SafePath only, refusing anything that resolves into the
 // workspace. Names with a slash are taken as they are (the host has vetted them).
 func (rn *Runner) lookPath(name string) (string, error) {
