@@ -373,6 +373,9 @@ func (c *call) Output() func(stream string, data []byte) {
 }
 func (c *call) PolicyChanged()  { c.svc.policyChanged(c.sess.ID) }
 func (c *call) ExecUnenforced() { c.svc.obs.ExecUnenforced() }
+func (c *call) TerminalsRunning(n int) {
+	c.svc.noteTerminals(c.sess.Tenant, c.sess.ID, n)
+}
 func (c *call) Note(remark string) {
 	if remark != "" && !slices.Contains(c.notes, remark) {
 		c.notes = append(c.notes, remark)

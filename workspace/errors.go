@@ -11,7 +11,7 @@ import (
 var (
 	ErrNotFound    = errors.New("not found")
 	ErrConflict    = errors.New("already exists")
-	ErrQuota       = errors.New("quota exceeded")
+	ErrQuota       = policy.ErrQuota
 	ErrRateLimited = errors.New("rate limit exceeded")
 	ErrUnavailable = errors.New("temporarily unavailable")
 	ErrForbidden   = errors.New("forbidden")

@@ -326,12 +326,15 @@ func (s *Service) warmLanguageServers(ctx context.Context, sandboxID string) {
 	}
 }
 
-// keepProcesses records the session's background processes before its sandbox stops
-// (suspendedProcs): after the wake they are reported as ended by the suspend, with the
-// end of their output.
+// keepProcesses records the session's background processes and terminals before its
+// sandbox stops (saveSuspendedProcs, saveSuspendedTerminals): after the wake they are
+// reported as ended by the suspend, with the end of their output and their last screen.
 func (s *Service) keepProcesses(ctx context.Context, sess *Session) {
 	if err := s.saveSuspendedProcs(ctx, sess); err != nil {
 		s.log.Warn("suspend: keep the background processes' output", "session", sess.ID, "err", err)
+	}
+	if err := s.saveSuspendedTerminals(ctx, sess); err != nil {
+		s.log.Warn("suspend: keep the terminals' screens", "session", sess.ID, "err", err)
 	}
 }
 

@@ -45,7 +45,9 @@ func TestToolScopes(t *testing.T) {
 		auth.ScopeToolsExec: {"runCommand", "startProcess", "readProcessOutput", "listProcesses", "killProcess",
 			// vscode: the terminal, run configurations and actions that run tasks
 			"execute_terminal_command", "run_command_on_background", "wait", "get_terminal_info",
-			"execute_os_specific_command", "run_configuration", "execute_action_by_id"},
+			"execute_os_specific_command", "run_configuration", "execute_action_by_id",
+			// terminal: a program on a PTY, typed into and read back
+			"terminalOpen", "terminalSend", "terminalScreen", "terminalClose", "terminalList"},
 	}
 	got := map[string][]string{}
 	for _, tl := range workspace.NewCatalog(toolset.All()...).Tools() {

@@ -145,12 +145,13 @@ type Caller struct {
 
 // Service runs sessions and tool calls.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	obs     Observer
-	fobs    FaultObserver
-	catalog *Catalog
-	audit   chan AuditRecord
+	terminals terminalCounts // the running terminals last seen, by tenant and session
+	cfg       Config
+	log       *slog.Logger
+	obs       Observer
+	fobs      FaultObserver
+	catalog   *Catalog
+	audit     chan AuditRecord
 
 	batcher     Store         // the Store as given: an AuditBatcher, maybe
 	sessions    *sessionCache // nil: off

@@ -19,6 +19,9 @@ var (
 	ErrTooLarge  = errors.New("too large")               // -32003 file too large
 	ErrCommand   = errors.New("command not allowed")     // -32004 operation denied
 	ErrConfirm   = errors.New("confirmation required")   // -32005 confirmation required
+	// ErrQuota: a count the tenant's policy bounds (maxTerminals, maxSessions …) is
+	// reached; the protocols map it with the service's quotas (workspace.ErrQuota).
+	ErrQuota = errors.New("quota exceeded")
 )
 
 // Violation is the error every check in this package returns: one of the sentinels

@@ -23,6 +23,8 @@ type Effective struct {
 	suspend     time.Duration
 	egress      egress.Policy
 	preview     []Ports // a port must be in each
+	terminals   int
+	termIdle    time.Duration
 }
 
 // Narrow returns tenant's policy narrowed by ws, the workspace's .cws-policy.json (nil
@@ -53,6 +55,8 @@ func (tenant *Policy) Narrow(ws *Policy) *Effective {
 		confirm:     clone(tenant.ConfirmationRequired),
 		landlock:    tenant.RequireLandlock,
 		suspend:     tenant.SuspendAfter.Std(),
+		terminals:   int(orDefault(int64(tenant.MaxTerminals), DefaultMaxTerminals)),
+		termIdle:    time.Duration(orDefault(int64(tenant.TerminalIdle), int64(DefaultTerminalIdle))),
 	}
 	if tenant.PreviewPorts.raw != nil {
 		e.preview = []Ports{tenant.PreviewPorts}
@@ -136,6 +140,13 @@ func (e *Effective) RequireLandlock() bool { return e.landlock }
 // SuspendAfter is how long the session may go without a call before it is suspended;
 // zero means the server's default.
 func (e *Effective) SuspendAfter() time.Duration { return e.suspend }
+
+// MaxTerminals is how many running terminals the session may have (tenant-only).
+func (e *Effective) MaxTerminals() int { return e.terminals }
+
+// TerminalIdle ends a terminal with no viewer, input or output for this long
+// (tenant-only).
+func (e *Effective) TerminalIdle() time.Duration { return e.termIdle }
 
 // ConfirmationRequired returns the tool names that need options.confirmed: true.
 func (e *Effective) ConfirmationRequired() []string { return clone(e.confirm) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func mustParse(t *testing.T, tenant, ws string) *Effective {
@@ -145,5 +146,16 @@ func TestGuardIsACopy(t *testing.T) {
 	}
 	if err := e.Guard().CheckWrite(FileName); err == nil {
 		t.Error("agent guard does not protect the policy file")
+	}
+}
+
+func TestNarrowTerminals(t *testing.T) {
+	e := (&Policy{}).Narrow(nil)
+	if e.MaxTerminals() != DefaultMaxTerminals || e.TerminalIdle() != DefaultTerminalIdle.Std() {
+		t.Fatalf("defaults: %d terminals, idle %s", e.MaxTerminals(), e.TerminalIdle())
+	}
+	e = (&Policy{MaxTerminals: 2, TerminalIdle: Duration(time.Minute)}).Narrow(&Policy{})
+	if e.MaxTerminals() != 2 || e.TerminalIdle() != time.Minute {
+		t.Fatalf("tenant's: %d terminals, idle %s", e.MaxTerminals(), e.TerminalIdle())
 	}
 }

@@ -9,6 +9,8 @@
 // security boundary.
 package policy
 
+import "time"
+
 // FileName is the policy file's name, in the workspace root and in the tenants'
 // configuration.
 const FileName = ".cws-policy.json"
@@ -25,6 +27,11 @@ const WorkspaceDir = "/workspace"
 const (
 	DefaultMaxFileSize = 10 << 20 // bytes: 10 MiB
 	DefaultMaxEditSize = 1 << 20  // bytes: 1 MiB
+	// DefaultMaxTerminals is how many running terminals a session may have.
+	DefaultMaxTerminals = 8
+	// DefaultTerminalIdle ends a terminal after this long with no viewer, no input and
+	// no output.
+	DefaultTerminalIdle = Duration(30 * time.Minute)
 )
 
 // Toolsets a tenant may enable.
@@ -32,10 +39,12 @@ const (
 	ToolsetCore   = "core"   // seeds/coding-environment-tools.md and the daily additions
 	ToolsetVSCode = "vscode" // seeds/vscode-mcp-plugin-tools.md
 	ToolsetLSP    = "lsp"    // seeds/mcpls-lsp-tools.md
+	// ToolsetTerminal is the interactive terminals: a program on a PTY, its screen.
+	ToolsetTerminal = "terminal"
 )
 
 // AllToolsets is every toolset, in listing order.
-var AllToolsets = []string{ToolsetCore, ToolsetVSCode, ToolsetLSP}
+var AllToolsets = []string{ToolsetCore, ToolsetVSCode, ToolsetLSP, ToolsetTerminal}
 
 // DefaultEnvAllowlist is the envAllowlist of a tenant that sets none. An entry ending
 // in "*" allows every name with that prefix.
@@ -113,6 +122,12 @@ type Policy struct {
 	Toolsets []string `json:"toolsets,omitzero"`
 	// Rate limits the tenant's tool calls. Nil means no limit.
 	Rate *Rate `json:"rate,omitzero"`
+	// MaxTerminals is how many running terminals (a program on a PTY) a session may
+	// have. Zero means DefaultMaxTerminals.
+	MaxTerminals int `json:"maxTerminals,omitzero"`
+	// TerminalIdle ends a terminal after this long with no viewer attached, no input and
+	// no output. Zero means DefaultTerminalIdle.
+	TerminalIdle Duration `json:"terminalIdle,omitzero"`
 	// AllowPolicyWrites lets tools write the workspace's .cws-policy.json. False (the
 	// default) protects it.
 	AllowPolicyWrites bool `json:"allowPolicyWrites,omitzero"`

@@ -53,6 +53,8 @@ func (p *Policy) Validate() error {
 		{"maxSnapshots", float64(p.MaxSnapshots)},
 		{"maxSnapshotBytes", float64(p.MaxSnapshotBytes)},
 		{"snapshotTTL", float64(p.SnapshotTTL)},
+		{"maxTerminals", float64(p.MaxTerminals)},
+		{"terminalIdle", float64(p.TerminalIdle)},
 	} {
 		if n.v < 0 {
 			return invalidf("%s must not be negative", n.field)

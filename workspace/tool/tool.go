@@ -115,6 +115,9 @@ type Env interface {
 	// ExecUnenforced counts a command that ran without the Landlock launcher enforcing
 	// its allowlist (the sandbox has no Landlock).
 	ExecUnenforced()
+	// TerminalsRunning tells the service how many terminals the session runs now, as
+	// the agent just said (the terminals-open metric).
+	TerminalsRunning(n int)
 	// State is the session's small key/value state in the session store (editor state,
 	// breakpoints): it survives a cws restart on Redis and every replica sees it.
 	State() State

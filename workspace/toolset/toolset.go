@@ -10,13 +10,14 @@ import (
 	"github.com/cwsdev/cws/workspace/tool"
 	"github.com/cwsdev/cws/workspace/toolset/core"
 	"github.com/cwsdev/cws/workspace/toolset/lsp"
+	"github.com/cwsdev/cws/workspace/toolset/terminal"
 	"github.com/cwsdev/cws/workspace/toolset/vscode"
 )
 
 // All returns every tool of every toolset, in policy.AllToolsets' order: core, vscode,
-// then lsp.
+// lsp, then terminal.
 func All() []*tool.Tool {
-	return slices.Concat(core.Tools(), vscode.Tools(), lsp.Tools())
+	return slices.Concat(core.Tools(), vscode.Tools(), lsp.Tools(), terminal.Tools())
 }
 
 // Diff is the REST diff (core.Diff).

@@ -14,13 +14,14 @@ package tty
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -50,7 +51,14 @@ type Manager struct {
 
 	mu    sync.Mutex
 	terms map[string]*Term
-	seq   int
+}
+
+// newID names a terminal: unique across the agent's restarts too, so that a terminal a
+// suspend ended (the host keeps its screen) is never confused with a later one.
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
 }
 
 // Open starts a program on a new terminal (agent.TTYOpenArgs).
@@ -79,8 +87,7 @@ func (m *Manager) Open(ctx context.Context, args json.RawMessage, _ []byte, _ *o
 		return nil, &agent.WireError{Code: agent.CodeTooLarge, Rule: "maxTerminals",
 			Message: fmt.Sprintf("%d terminals are running, the most this session may have (maxTerminals %d): close one first", n, limit)}
 	}
-	m.seq++
-	id := "t" + strconv.Itoa(m.seq)
+	id := newID()
 	m.mu.Unlock()
 
 	env := map[string]string{"TERM": "xterm-256color", "COLORTERM": "truecolor"}
