@@ -314,6 +314,11 @@ func ruleLabel(rule string) string {
 }
 
 func (s *Service) record(r AuditRecord) {
+	s.auditMu.RLock()
+	defer s.auditMu.RUnlock()
+	if s.auditClosed {
+		return
+	}
 	select {
 	case s.audit <- r:
 	default:

@@ -152,6 +152,10 @@ type Service struct {
 	fobs      FaultObserver
 	catalog   *Catalog
 	audit     chan AuditRecord
+	// auditMu guards auditClosed: a call or a stream that ends after Close (an attach
+	// still open) drops its record instead of sending on the closed channel.
+	auditMu     sync.RWMutex
+	auditClosed bool
 
 	batcher     Store         // the Store as given: an AuditBatcher, maybe
 	sessions    *sessionCache // nil: off
@@ -256,7 +260,10 @@ func (s *Service) Close() {
 	close(s.renewals.stop)
 	<-s.renewals.done
 	s.stopWatcher()
+	s.auditMu.Lock()
+	s.auditClosed = true
 	close(s.audit)
+	s.auditMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, c := range s.agents {

@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/gin-gonic/gin"
+
+	"github.com/cwsdev/cws/workspace"
+	"github.com/cwsdev/cws/workspace/terminal"
+)
+
+// Interactive terminals (workspace.Service's OpenTerminal … AttachTerminal). The attach
+// is a WebSocket: binary frames carry input (client → server) and output (server →
+// client); text frames carry JSON control. From the client: {"type":"resize","cols":
+// 100,"rows":30} and {"type":"signal","signal":"INT"}. From the server: {"type":
+// "attached","terminal":{…},"readOnly":false} first, {"type":"skipped","bytes":n}
+// when the viewer fell behind and output was dropped for it, {"type":"error","error":
+// {…}} for a control frame it refused (the terminal lives on), and {"type":"exit",
+// "code":0,"endReason":"exited"} before it closes the socket when the program ended.
+
+// Bounds of an attach.
+const (
+	// wsWriteTimeout drops a viewer whose socket takes no output for this long.
+	wsWriteTimeout = 30 * time.Second
+	// wsReadLimit bounds one frame from a viewer (a paste).
+	wsReadLimit = 1 << 20
+)
+
+func (s *Server) openTerminal(c *gin.Context) {
+	var req terminal.Open
+	if err := decodeOptionalJSON(c, &req); err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	in, err := s.cfg.Service.OpenTerminal(c.Request.Context(), caller(c), c.Param("id"), req)
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusCreated, in)
+}
+
+func (s *Server) listTerminals(c *gin.Context) {
+	ts, err := s.cfg.Service.ListTerminals(c.Request.Context(), caller(c), c.Param("id"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"terminals": ts})
+}
+
+func (s *Server) getTerminal(c *gin.Context) {
+	in, err := s.cfg.Service.GetTerminal(c.Request.Context(), caller(c), c.Param("id"), c.Param("tid"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, in)
+}
+
+func (s *Server) closeTerminal(c *gin.Context) {
+	in, err := s.cfg.Service.CloseTerminal(c.Request.Context(), caller(c), c.Param("id"), c.Param("tid"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, in)
+}
+
+// control is a text frame of an attach, either way.
+type control struct {
+	Type      string         `json:"type"`
+	Cols      int            `json:"cols,omitempty"`
+	Rows      int            `json:"rows,omitempty"`
+	Signal    string         `json:"signal,omitempty"`
+	Code      *int           `json:"code,omitempty"`
+	EndReason string         `json:"endReason,omitempty"`
+	Bytes     int64          `json:"bytes,omitempty"`
+	Terminal  *terminal.Info `json:"terminal,omitempty"`
+	ReadOnly  bool           `json:"readOnly,omitempty"`
+	Error     *ErrorDetail   `json:"error,omitempty"`
+}
+
+// attachTerminal serves GET …/terminals/:tid/attach (?readonly=1 for a viewer that
+// can't type). Refusals come before the upgrade, as HTTP errors.
+func (s *Server) attachTerminal(c *gin.Context) {
+	ctx := c.Request.Context()
+	readOnly := c.Query("readonly") == "1" || c.Query("readonly") == "true"
+	ta, err := s.cfg.Service.AttachTerminal(ctx, caller(c), c.Param("id"), c.Param("tid"))
+	if err != nil {
+		fail(c, s.log, err)
+		return
+	}
+	conn, err := websocket.Accept(c.Writer, c.Request, nil)
+	if err != nil {
+		return // Accept answered
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(wsReadLimit)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+
+	send := func(v any) error {
+		b, _ := json.Marshal(v)
+		wctx, done := context.WithTimeout(ctx, wsWriteTimeout)
+		defer done()
+		return conn.Write(wctx, websocket.MessageText, b)
+	}
+	if err := send(control{Type: "attached", Terminal: &ta.Info, ReadOnly: readOnly}); err != nil {
+		return
+	}
+	refuse := func(err error) {
+		_, body := errorResponse(nil, s.log, err)
+		_ = send(control{Type: "error", Error: &body.Error})
+	}
+
+	// The viewer's frames: input into the pipe the attach reads, control at once.
+	input, typed := io.Pipe()
+	go func() {
+		defer cancel()
+		defer typed.Close()
+		for {
+			typ, data, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageBinary {
+				if readOnly {
+					refuse(fmt.Errorf("%w: this viewer is read-only (?readonly=1): its input is not typed", workspace.ErrInvalid))
+					continue
+				}
+				if _, err := typed.Write(data); err != nil {
+					return
+				}
+				continue
+			}
+			if err := s.terminalControl(ctx, ta, data); err != nil {
+				refuse(err)
+			}
+		}
+	}()
+
+	wctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, wsWriteTimeout) }
+	info, err := ta.Stream(ctx, readOnly, input, func(p []byte) error {
+		c, done := wctx()
+		defer done()
+		return conn.Write(c, websocket.MessageBinary, p)
+	}, func(n int64) error {
+		return send(control{Type: "skipped", Bytes: n})
+	})
+	switch {
+	case err == nil:
+		_ = send(control{Type: "exit", Code: info.ExitCode, EndReason: info.EndReason})
+		conn.Close(websocket.StatusNormalClosure, "the program ended")
+	case ctx.Err() != nil: // the viewer went, or was too slow to write to
+		conn.Close(websocket.StatusPolicyViolation, "viewer gone or too slow")
+	default:
+		refuse(err)
+		conn.Close(websocket.StatusInternalError, "attach failed")
+	}
+}
+
+// terminalControl applies one control frame.
+func (s *Server) terminalControl(ctx context.Context, ta *workspace.TerminalAttachment, data []byte) error {
+	var ctl control
+	if err := json.Unmarshal(data, &ctl); err != nil {
+		return fmt.Errorf("%w: a control frame is JSON such as {\"type\":\"resize\",\"cols\":100,\"rows\":30}: %v", workspace.ErrInvalid, err)
+	}
+	switch ctl.Type {
+	case "resize":
+		return ta.Resize(ctx, ctl.Cols, ctl.Rows)
+	case "signal":
+		return ta.Signal(ctx, ctl.Signal)
+	}
+	return fmt.Errorf("%w: unknown control type %q (want resize or signal)", workspace.ErrInvalid, ctl.Type)
+}
