@@ -41,6 +41,7 @@ type Metrics struct {
 	life          lifecycle   // lifecycle.go
 	net           network     // network.go
 	use           usage       // network.go
+	term          terminals   // terminal.go
 	unenforced    prometheus.Counter
 
 	// The children of the per-request vectors, by label values (labels.go): a lookup
@@ -117,6 +118,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	m.life = newLifecycle(f)
 	m.net = newNetwork(f)
 	m.use = newUsage(f)
+	m.term = newTerminals(f)
 	for _, reason := range []string{ReapExpired, ReapOrphan, ReapLost, ReapOrphanVolume} {
 		m.reaped.WithLabelValues(reason)
 	}

@@ -33,6 +33,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// The metrics count what the service observes beyond its Observer.
+var (
+	_ workspace.NetObserver      = (*metrics.Metrics)(nil)
+	_ workspace.UsageObserver    = (*metrics.Metrics)(nil)
+	_ workspace.TerminalObserver = (*metrics.Metrics)(nil)
+)
+
 func serveCmd(getenv func(string) string) *cobra.Command {
 	var cfg Config
 	cmd := &cobra.Command{
