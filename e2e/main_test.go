@@ -79,6 +79,9 @@ var (
 	// open's policy has no command allowlist: its commands run without Landlock, so
 	// what stops them is the identity alone (the agent's security tests).
 	tenantOpen = "open-" + runID
+	// term's policy allows the shell and what the terminal tests run in it, not id
+	// (which a shell in a terminal must fail to start).
+	tenantTerm = "term-" + runID
 )
 
 func randomHex(n int) string {
@@ -122,6 +125,12 @@ const betaPolicy = `{
   "maxSessions": 10
 }`
 
+const termPolicy = `{
+  "allowedPaths": ["**"],
+  "allowedCommands": ["bash", "sh", "stty", "python3", "sleep", "echo", "cat", "top", "head", "tr", "ls"],
+  "maxSessions": 10
+}`
+
 const churnPolicy = `{
   "allowedPaths": ["**"],
   "allowedCommands": ["echo"],
@@ -132,7 +141,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	fx := &fixture{path: filepath.Join(dir, "tenants.yaml"), secrets: map[string][]byte{}, kids: map[string]string{}}
-	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn, tenantVSCode, tenantOpen} {
+	for _, id := range []string{tenantAcme, tenantBeta, tenantChurn, tenantVSCode, tenantOpen, tenantTerm} {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		fx.secrets[id] = []byte(hex.EncodeToString(b))
@@ -158,6 +167,7 @@ func newFixture(t testing.TB) *fixture {
 	write("churn.cws-policy.json", churnPolicy)
 	write("vscode.cws-policy.json", vscodePolicy)
 	write("open.cws-policy.json", openPolicy)
+	write("term.cws-policy.json", termPolicy)
 	write("edge.pub", string(fx.edgePub))
 	write("tenants.yaml", fmt.Sprintf(`tenants:
   - id: %[1]s
@@ -192,7 +202,13 @@ func newFixture(t testing.TB) *fixture {
     keys:
       - {kid: %[5]s, alg: HS256, secret: %[6]q}
     policy: open.cws-policy.json
-`, tenantVSCode, fx.kids[tenantVSCode], fx.secrets[tenantVSCode], tenantOpen, fx.kids[tenantOpen], fx.secrets[tenantOpen]))
+  - id: %[7]s
+    issuer: term-platform
+    keys:
+      - {kid: %[8]s, alg: HS256, secret: %[9]q}
+    policy: term.cws-policy.json
+`, tenantVSCode, fx.kids[tenantVSCode], fx.secrets[tenantVSCode], tenantOpen, fx.kids[tenantOpen], fx.secrets[tenantOpen],
+			tenantTerm, fx.kids[tenantTerm], fx.secrets[tenantTerm]))
 	fx.tenants, err = auth.LoadTenants(fx.path)
 	if err != nil {
 		t.Fatalf("load the fixture's tenants: %v", err)

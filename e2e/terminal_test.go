@@ -1,0 +1,269 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/cwsdev/cws/internal/testenv"
+)
+
+// wsViewer is one WebSocket attached to a terminal.
+type wsViewer struct {
+	t    *testing.T
+	conn *websocket.Conn
+	out  strings.Builder
+	ctl  []map[string]any
+}
+
+func attachTerm(t *testing.T, base, token, session, tid, query string) (*wsViewer, *http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(base, "http") + "/v1/sessions/" + session + "/terminals/" + tid + "/attach" + query
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		return nil, resp, err
+	}
+	conn.SetReadLimit(4 << 20)
+	t.Cleanup(func() { conn.CloseNow() })
+	return &wsViewer{t: t, conn: conn}, resp, nil
+}
+
+// until reads until the output holds want, or a control frame "ctl:<type>" comes.
+func (v *wsViewer) until(want string) map[string]any {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if !strings.HasPrefix(want, "ctl:") && strings.Contains(v.out.String(), want) {
+			return nil
+		}
+		typ, data, err := v.conn.Read(ctx)
+		if err != nil {
+			v.t.Fatalf("waiting for %q: %v; output so far %q, control %v", want, err, v.out.String(), v.ctl)
+		}
+		if typ == websocket.MessageBinary {
+			v.out.Write(data)
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			v.t.Fatalf("control frame not JSON: %s", data)
+		}
+		v.ctl = append(v.ctl, m)
+		if want == "ctl:"+fmt.Sprint(m["type"]) {
+			return m
+		}
+	}
+}
+
+func (v *wsViewer) typeIn(s string) {
+	v.t.Helper()
+	if err := v.conn.Write(context.Background(), websocket.MessageBinary, []byte(s)); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+func (v *wsViewer) control(s string) {
+	v.t.Helper()
+	if err := v.conn.Write(context.Background(), websocket.MessageText, []byte(s)); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// TestTerminalsE2E: interactive terminals on the real workspace image through the REST
+// API's WebSocket and the MCP tools, under a policy whose allowedCommands the kernel
+// enforces: bash echoes, stty size follows a resize, a python3 REPL computes, ^C ends
+// sleep and the shell lives, a program not allowed fails inside the terminal, a read -p
+// prompt is answered with terminalSend, top's screen reads back as text, detach and
+// re-attach replay the scrollback, a read-only viewer watches, another tenant gets 404,
+// and a suspend ends the terminals with their screen kept; opening one wakes it.
+func TestTerminalsE2E(t *testing.T) {
+	requireRealDeps(t)
+	fx := newFixture(t)
+	p := startCWSWith(t, fx, testenv.Redis(t), freeAddr(t), lifecycleArgs("file://"+t.TempDir())...)
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantTerm) })
+	tok := fx.token(t, tenantTerm, "term", "")
+	r := p.post(t, tok, "/v1/sessions", nil)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decode[sessionView](t, r).ID
+
+	r = p.post(t, tok, "/v1/sessions/"+id+"/terminals", map[string]any{"cols": 80, "rows": 24})
+	if r.status != http.StatusCreated {
+		t.Fatalf("open: %d %s", r.status, r.body)
+	}
+	term := decode[map[string]any](t, r)
+	tid := fmt.Sprint(term["id"])
+	if term["command"] != "bash" || term["pid"].(float64) <= 0 {
+		t.Fatalf("opened: %s", r.body)
+	}
+	v, _, err := attachTerm(t, p.url, tok, id, tid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.until("ctl:attached")
+	v.typeIn("PS1='P> '; echo $((6*7)); stty size\r")
+	v.until("42\r\n24 80\r\n")
+	v.control(`{"type":"resize","cols":100,"rows":30}`)
+	v.typeIn("stty size\r")
+	v.until("30 100\r\n")
+	// The MCP tools reach the same terminals.
+	c := connect(t, p.url+"/v1/sessions/"+id+"/mcp?toolsets=terminal", tok, "")
+
+	t.Run("python3 REPL", func(t *testing.T) {
+		v.typeIn("python3 -q\r")
+		v.until(">>> ")
+		v.typeIn("6*7\r")
+		v.until("\r\n42\r\n>>> ")
+		v.typeIn("\x04") // ^D ends it
+		v.typeIn("echo back-in-bash\r")
+		v.until("back-in-bash\r\n")
+	})
+	t.Run("Ctrl-C ends sleep, the shell lives", func(t *testing.T) {
+		v.typeIn("echo go-sleep; sleep 100\r")
+		v.until("go-sleep\r\n")
+		// Until sleep is the foreground job, bash (ignoring ^C) may take it: type ^C
+		// until the prompt is back on the screen.
+		for i := 0; ; i++ {
+			v.typeIn("\x03")
+			if s := c.call(t, "terminalScreen", map[string]any{"id": tid, "waitFor": `^P>$`, "timeoutMs": 500}); s["matched"] == true {
+				break
+			}
+			if i == 40 {
+				t.Fatalf("^C never ended sleep: %q", v.out.String())
+			}
+		}
+		v.typeIn("echo status-$?\r")
+		v.until("status-130\r\n")
+	})
+	t.Run("a program not allowed fails inside the terminal", func(t *testing.T) {
+		v.typeIn("id; echo id-status-$?\r")
+		v.until("id-status-126\r\n")
+		if !strings.Contains(v.out.String(), "Permission denied") {
+			t.Errorf("no EACCES from id: %q", v.out.String())
+		}
+		v.typeIn("echo still-here\r")
+		v.until("still-here\r\n")
+	})
+	t.Run("bad control frames", func(t *testing.T) {
+		for _, frame := range []string{`nope`, `{"type":"resize","cols":0,"rows":2}`, `{"type":"warp"}`} {
+			v.control(frame)
+			if e := v.until("ctl:error"); e["error"].(map[string]any)["code"] != "invalid_params" {
+				t.Errorf("%s: %v", frame, e)
+			}
+		}
+		v.typeIn("echo lives-on\r")
+		v.until("lives-on\r\n")
+	})
+	t.Run("two viewers, one read-only; detach and re-attach", func(t *testing.T) {
+		ro, _, err := attachTerm(t, p.url, tok, id, tid, "?readonly=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro.until("ctl:attached")
+		ro.until("lives-on\r\n") // the scrollback
+		ro.typeIn("echo sneaky\r")
+		ro.until("ctl:error")
+		v.typeIn("echo both-see-$((3*3))\r")
+		v.until("both-see-9\r\n")
+		ro.until("both-see-9\r\n")
+		v.conn.Close(websocket.StatusNormalClosure, "detach")
+		back, _, err := attachTerm(t, p.url, tok, id, tid, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		back.until("42\r\n24 80\r\n") // from the start
+		back.until("both-see-9\r\n")
+		if strings.Contains(back.out.String(), "sneaky") {
+			t.Error("the read-only viewer typed")
+		}
+		v = back
+	})
+	t.Run("another tenant's terminal is 404", func(t *testing.T) {
+		other := fx.token(t, tenantOpen, "term", "")
+		for _, m := range []string{http.MethodGet, http.MethodDelete} {
+			if r := do(t, nil, p.url, m, "/v1/sessions/"+id+"/terminals/"+tid, other, nil, nil); r.status != http.StatusNotFound {
+				t.Errorf("%s: %d %s", m, r.status, r.body)
+			}
+		}
+		if _, resp, err := attachTerm(t, p.url, other, id, tid, ""); err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
+			t.Errorf("attach: %v %v", resp, err)
+		}
+	})
+
+	mt := c.call(t, "terminalOpen", map[string]any{"cols": 100, "rows": 30})
+	mid := fmt.Sprint(mt["id"])
+	t.Run("a read -p prompt answered with terminalSend", func(t *testing.T) {
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": `read -p 'Proceed? [y/N] ' a; echo "answer=$a"`, "keys": []string{"Enter"}})
+		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `Proceed\? \[y/N\]$`, "timeoutMs": 30000}); s["matched"] != true {
+			t.Fatalf("no prompt: %v", s)
+		}
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "y", "keys": []string{"Enter"}})
+		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^answer=y$`, "timeoutMs": 30000}); s["matched"] != true {
+			t.Fatalf("no answer: %v", s)
+		}
+	})
+	t.Run("top's screen as text", func(t *testing.T) {
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "top", "keys": []string{"Enter"}})
+		s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^\s*PID\s+USER`, "timeoutMs": 30000})
+		lines, _ := s["lines"].([]any)
+		if s["matched"] != true || len(lines) != 30 || !strings.HasPrefix(fmt.Sprint(lines[0]), "top - ") {
+			t.Fatalf("top's screen: %v", s)
+		}
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "q"})
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "echo after-top", "keys": []string{"Enter"}})
+		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^after-top$`, "timeoutMs": 30000}); s["matched"] != true {
+			t.Fatalf("after q: %v", s)
+		}
+	})
+	t.Run("an unknown key name is invalid params", func(t *testing.T) {
+		if e := rawToolCall(t, p.url+"/v1/sessions/"+id+"/mcp?toolsets=terminal", tok, "terminalSend", map[string]any{"id": mid, "keys": []string{"Hyper"}}); e == nil || e.Code != -32602 {
+			t.Fatalf("unknown key: %+v", e)
+		}
+	})
+	if l := c.call(t, "terminalList", map[string]any{}); len(l["terminals"].([]any)) != 2 {
+		t.Fatalf("terminalList: %v", l)
+	}
+
+	t.Run("a suspend ends them, keeping the screen; a POST wakes the session", func(t *testing.T) {
+		if r := p.post(t, tok, "/v1/sessions/"+id+"/suspend", nil); r.status != http.StatusOK {
+			t.Fatalf("suspend: %d %s", r.status, r.body)
+		}
+		s := c.call(t, "terminalScreen", map[string]any{"id": mid})
+		if s["running"] != false || s["endReason"] != "suspended" || !strings.Contains(strings.Join(toStrings(s["lines"]), "\n"), "\nafter-top\n") {
+			t.Fatalf("screen after the suspend: %v", s)
+		}
+		r := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil, nil)
+		if got := decode[map[string]any](t, r); r.status != 200 || got["endReason"] != "suspended" {
+			t.Fatalf("GET after the suspend: %d %s", r.status, r.body)
+		}
+		r = p.post(t, tok, "/v1/sessions/"+id+"/terminals", map[string]any{"command": "bash"})
+		if r.status != http.StatusCreated {
+			t.Fatalf("open after the suspend: %d %s", r.status, r.body)
+		}
+		nid := fmt.Sprint(decode[map[string]any](t, r)["id"])
+		nv, _, err := attachTerm(t, p.url, tok, id, nid, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nv.typeIn("echo awake\r")
+		nv.until("awake\r\n")
+	})
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, fmt.Sprint(x))
+	}
+	return out
+}
