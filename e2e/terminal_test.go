@@ -129,10 +129,10 @@ func TestTerminalsE2E(t *testing.T) {
 		v.until("back-in-bash\r\n")
 	})
 	t.Run("Ctrl-C ends sleep, the shell lives", func(t *testing.T) {
-		v.typeIn("echo go-sleep; sleep 100\r")
+		// The job prints its marker and becomes sleep: once the marker shows, sleep is
+		// the foreground job.
+		v.typeIn("sh -c 'echo go-sleep; exec sleep 100'\r")
 		v.until("go-sleep\r\n")
-		// Until sleep is the foreground job, bash (ignoring ^C) may take it: type ^C
-		// until the prompt is back on the screen.
 		for i := 0; ; i++ {
 			v.typeIn("\x03")
 			if s := c.call(t, "terminalScreen", map[string]any{"id": tid, "waitFor": `^P>$`, "timeoutMs": 500}); s["matched"] == true {

@@ -42,6 +42,15 @@ func screenFor(t *testing.T, c *agent.Client, id, re string) agent.TTYScreen {
 		t.Fatalf("screen of %s: %v", id, err)
 	}
 	if !s.Matched {
+		if os.Getenv("TTY_DEBUG") != "" {
+			out, _ := exec.Command("sh", "-c", fmt.Sprintf("for p in $(pgrep -s %d); do echo $p $(cat /proc/$p/comm) $(cat /proc/$p/wchan); cat /proc/$p/stack; done", s.Info.PID)).CombinedOutput()
+			t.Logf("processes of the session:\n%s", out)
+			co := newCollector()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, _ = c.TTYAttach(ctx, agent.TTYAttachArgs{ID: id}, nil, co.event)
+			cancel()
+			t.Logf("raw: %q", co.text())
+		}
 		t.Fatalf("%q never showed on the screen:\n%s", re, strings.Join(s.Lines, "\n"))
 	}
 	return s
@@ -116,10 +125,10 @@ func TestTTYCtrlCEndsTheJobNotTheShell(t *testing.T) {
 		func() { typeInto(t, c, in.ID, "\x03") },
 		func() { _ = c.TTYSignal(ctxT(t), agent.TTYSignalArgs{ID: in.ID, Signal: "INT"}) },
 	} {
-		typeInto(t, c, in.ID, fmt.Sprintf("echo go-%d; sleep 100\r", i))
+		// The job prints its marker and becomes sleep: once the marker shows, sleep is
+		// the foreground job.
+		typeInto(t, c, in.ID, fmt.Sprintf("sh -c 'echo go-%d; exec sleep 100'\r", i))
 		screenFor(t, c, in.ID, fmt.Sprintf(`^go-%d$`, i))
-		// Until sleep is the foreground job the signal may find bash, which ignores it:
-		// interrupt until the prompt is back.
 		back := false
 		for range 50 {
 			interrupt()

@@ -30,9 +30,13 @@ const (
 	emuLines = 1000
 	// The emulator is fed from the scrollback, apart from the reads (it parses a few
 	// MB/s, the PTY gives far more): fed emuChunk at a time, and when it lags by more
-	// than emuLag it skips to the last emuChunk.
-	emuChunk = 64 << 10
-	emuLag   = 512 << 10
+	// than emuLag it skips to the last emuSkipTo bytes. In the background it is fed at
+	// most every emuEvery, so a flood of output costs it a fraction of a core; a
+	// screen read catches it up at once.
+	emuChunk  = 64 << 10
+	emuLag    = 256 << 10
+	emuSkipTo = 16 << 10
+	emuEvery  = 50 * time.Millisecond
 )
 
 // Term is one program on a pseudo-terminal.
@@ -199,6 +203,10 @@ func (t *Term) feed() {
 		select {
 		case <-t.fedKick:
 			t.catchUp()
+			select { // what comes meanwhile waits for the next round
+			case <-time.After(emuEvery):
+			case <-t.done:
+			}
 		case <-t.done:
 			t.catchUp()
 			return
@@ -217,7 +225,7 @@ func (t *Term) catchUp() {
 	for t.fed < end {
 		t.mu.Lock()
 		if t.ring.total-t.fed > emuLag {
-			t.fed = t.ring.total - emuChunk
+			t.fed = t.ring.total - emuSkipTo
 		}
 		data, next := t.ring.since(t.fed, emuChunk)
 		t.mu.Unlock()
