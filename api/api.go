@@ -84,6 +84,9 @@ func New(cfg Config) *Server {
 	})
 	for _, r := range s.routes() {
 		hs := []gin.HandlerFunc{}
+		if r.wsToken {
+			hs = append(hs, wsBearer)
+		}
 		if r.auth {
 			hs = append(hs, authed)
 		}

@@ -14,6 +14,9 @@ type route struct {
 	method  string // "ANY" for MCP endpoints
 	path    string // gin syntax: /v1/sessions/:id
 	auth    bool
+	// wsToken: a browser's WebSocket may carry its token as a subprotocol
+	// ("bearer.<token>", see wsBearer) instead of the Authorization header it can't set.
+	wsToken bool
 	summary string
 	handler gin.HandlerFunc
 	// OpenAPI details.
@@ -70,7 +73,7 @@ func (s *Server) routes() []route {
 		{method: "GET", path: "/v1/sessions/:id/terminals", auth: true, summary: "List the session's terminals, running and ended (exit code, endReason).", handler: s.listTerminals, response: js, status: 200},
 		{method: "GET", path: "/v1/sessions/:id/terminals/:tid", auth: true, summary: "Get a terminal: running or ended, exit code, endReason, size, viewers.", handler: s.getTerminal, response: js, status: 200},
 		{method: "DELETE", path: "/v1/sessions/:id/terminals/:tid", auth: true, summary: "Close a terminal: its program is hung up, then killed after 2 s; answers its final state.", handler: s.closeTerminal, response: js, status: 200},
-		{method: "GET", path: "/v1/sessions/:id/terminals/:tid/attach", auth: true, summary: "Attach to a terminal as a WebSocket: binary frames are input and output, text frames JSON control (resize, signal; from the server attached, skipped, error, exit). The scrollback is replayed first; ?readonly=1 can't type. Wakes a sleeping session.", handler: s.attachTerminal, response: "application/octet-stream", status: 101},
+		{method: "GET", path: "/v1/sessions/:id/terminals/:tid/attach", auth: true, wsToken: true, summary: "Attach to a terminal as a WebSocket: binary frames are input and output, text frames JSON control (resize, signal; from the server attached, skipped, error, exit). The scrollback is replayed first; ?readonly=1 can't type. A browser passes its token as the subprotocol bearer.<token> beside cws.terminal.v1. Wakes a sleeping session.", handler: s.attachTerminal, response: "application/octet-stream", status: 101},
 		{method: "ANY", path: "/v1/sessions/:id/mcp", auth: true, summary: "MCP bound to this session.", handler: s.boundMCP, request: js, response: js, status: 200},
 	}
 	// The VSCode plugin's REST flavour (legacy.go), for /mcp's session and for a chosen one.

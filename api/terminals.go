@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -31,6 +32,31 @@ const (
 	// wsReadLimit bounds one frame from a viewer (a paste).
 	wsReadLimit = 1 << 20
 )
+
+// TerminalProtocol is the attach WebSocket's subprotocol. A browser, which can't set the
+// Authorization header of a WebSocket, offers it together with "bearer.<token>".
+const TerminalProtocol = "cws.terminal.v1"
+
+// bearerProtocol prefixes a token offered as a WebSocket subprotocol.
+const bearerProtocol = "bearer."
+
+// wsBearer lets a WebSocket without an Authorization header authenticate with the
+// token it offers as the subprotocol bearer.<token>; the answer never echoes it (the
+// server selects TerminalProtocol).
+func wsBearer(c *gin.Context) {
+	r := c.Request
+	if r.Header.Get("Authorization") != "" {
+		return
+	}
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if tok, ok := strings.CutPrefix(strings.TrimSpace(p), bearerProtocol); ok && tok != "" {
+				r.Header.Set("Authorization", "Bearer "+tok)
+				return
+			}
+		}
+	}
+}
 
 func (s *Server) openTerminal(c *gin.Context) {
 	var req terminal.Open
@@ -97,7 +123,7 @@ func (s *Server) attachTerminal(c *gin.Context) {
 		fail(c, s.log, err)
 		return
 	}
-	conn, err := websocket.Accept(c.Writer, c.Request, nil)
+	conn, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{Subprotocols: []string{TerminalProtocol}})
 	if err != nil {
 		return // Accept answered
 	}

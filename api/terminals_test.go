@@ -425,3 +425,31 @@ func TestTerminalTools(t *testing.T) {
 		t.Fatalf("terminalClose: %v", closed)
 	}
 }
+
+// TestTerminalAttachBrowserToken: a browser's WebSocket, which can't set Authorization,
+// offers its token as the subprotocol bearer.<token>; the answer selects the terminal
+// protocol and never echoes the token. A bad token is 401 before any upgrade.
+func TestTerminalAttachBrowserToken(t *testing.T) {
+	s, _ := newTerminalServer(t, terminalPolicy)
+	id := s.session(t)
+	tok := s.token(t, "dev", "", auth.AllScopes()...)
+	a := s.do(t, http.MethodPost, "/v1/sessions/"+id+"/terminals", tok, []byte(`{"command": "sleep", "args": ["100"]}`))
+	tid := jsonOf(t, a.body)["id"].(string)
+	u := "ws" + strings.TrimPrefix(s.url, "http") + "/v1/sessions/" + id + "/terminals/" + tid + "/attach"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{api.TerminalProtocol, "bearer." + tok}})
+	if err != nil {
+		t.Fatalf("attach with the token as a subprotocol: %v", err)
+	}
+	defer conn.CloseNow()
+	if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != api.TerminalProtocol {
+		t.Fatalf("selected subprotocol %q, want %q", got, api.TerminalProtocol)
+	}
+	v := &viewer{t: t, conn: conn}
+	v.until("ctl:attached")
+	_, resp, err = websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{api.TerminalProtocol, "bearer.not-a-token"}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a bad token: %v %v", resp, err)
+	}
+}

@@ -188,6 +188,23 @@ func benchTerminal(ctx context.Context, e *env) ([]bench.Row, error) {
 	}
 	r.Bytes = grew
 	rows = append(rows, note(r, fmt.Sprintf("%.0f MB/s; cws's heap grew at most %d MiB (in-process cws)", r.Rate, grew>>20)))
+	// The anchor: the same output through a PTY of the host's alone (script), read by
+	// nothing but script itself.
+	var plain []time.Duration
+	for range e.iterations(3) {
+		t0 := time.Now()
+		cmd := exec.CommandContext(ctx, "script", "-qc", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", size), "/dev/null")
+		if err := cmd.Run(); err != nil {
+			e.logf("terminal: the host PTY anchor (script): %v", err)
+			break
+		}
+		plain = append(plain, time.Since(t0))
+	}
+	if len(plain) > 0 {
+		a := bench.Summarize("100 MB through a host PTY (script)", plain)
+		a.Rate = float64(size) / a.P50.Seconds() / 1e6
+		rows = append(rows, note(a, fmt.Sprintf("%.0f MB/s: what the kernel's PTY moves here, with no cws", a.Rate)))
+	}
 
 	// First screen: terminalOpen, then terminalScreen waiting for the prompt.
 	var first []time.Duration

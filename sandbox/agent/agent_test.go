@@ -22,7 +22,7 @@ import (
 
 // pipeAgent serves a Server over net.Pipe: every dial is a fresh pipe, as a fresh
 // `docker exec` would be. It returns the client and a func that breaks the current pipe.
-func pipeAgent(t *testing.T) (*agent.Client, string, func()) {
+func pipeAgent(t testing.TB) (*agent.Client, string, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	srv, err := server.New(server.Config{Root: dir, Version: "test"})
