@@ -11,9 +11,9 @@ import (
 // route is one endpoint: registered with gin and described in /openapi.json from the
 // same table, so the two cannot drift.
 type route struct {
-	method  string // "ANY" for MCP endpoints
-	path    string // gin syntax: /v1/sessions/:id
-	auth    bool
+	method string // "ANY" for MCP endpoints
+	path   string // gin syntax: /v1/sessions/:id
+	auth   bool
 	// wsToken: a browser's WebSocket may carry its token as a subprotocol
 	// ("bearer.<token>", see wsBearer) instead of the Authorization header it can't set.
 	wsToken bool
