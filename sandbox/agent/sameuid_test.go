@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -140,4 +141,40 @@ func BenchmarkSameUIDExec(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestSameUIDTerminal: a terminal's program starts through the launcher in same-uid
+// mode as every tool process does — in a scoped domain, under its exec policy — and is
+// still a session leader on its PTY: the shell's own job control works, and it can't
+// signal the agent.
+func TestSameUIDTerminal(t *testing.T) {
+	if launch.Scopes() == 0 {
+		t.Skipf("Landlock ABI %d can't scope a domain", launch.ABI())
+	}
+	needBash(t)
+	self, err := os.Executable()
+	must(t, err)
+	root, procDir := procDirs(t)
+	c := serveAgent(t, server.Config{Root: root, Version: "test", Launcher: self, ProcDir: procDir, SameUID: true})
+	ctx := ctxT(t)
+	pol := &agent.ExecPolicy{Programs: []string{"bash", "stty", "sleep"}}
+	in, err := c.TTYOpen(ctx, agent.TTYOpenArgs{Argv: []string{"bash"}, Launch: pol})
+	must(t, err)
+	t.Cleanup(func() { _, _ = c.TTYClose(context.Background(), in.ID) })
+	typeInto(t, c, in.ID, "PS1='P> '; stty size; kill -0 "+strconv.Itoa(os.Getpid())+" 2>/dev/null; echo agent-signal-$?\r")
+	screenFor(t, c, in.ID, `^24 80$`)
+	screenFor(t, c, in.ID, `^agent-signal-1$`)
+	// A program off the policy fails inside the terminal; the shell lives on.
+	typeInto(t, c, in.ID, "env true; echo env-$?\r")
+	screenFor(t, c, in.ID, `^env-126$`)
+	// Job control: ^C ends the foreground job, not the shell.
+	if sigintIgnored() {
+		return // as TestTTYCtrlCEndsTheJobNotTheShell
+	}
+	typeInto(t, c, in.ID, "bash -c 'echo go; exec sleep 100'\r")
+	screenFor(t, c, in.ID, `^go$`)
+	typeInto(t, c, in.ID, "\x03")
+	screenFor(t, c, in.ID, `^P>$`)
+	typeInto(t, c, in.ID, "echo back-$?\r")
+	screenFor(t, c, in.ID, `^back-130$`)
 }
