@@ -61,7 +61,7 @@ func newTerminalServer(t *testing.T, policyJSON string) (*scopeServer, *scopeSer
 	return &scopeServer{url: hs.URL, tenant: tenants.Get(scopesTenant)}, &scopeServer{url: hs.URL, tenant: tenants.Get("other")}
 }
 
-const terminalPolicy = `{"allowedCommands": ["bash", "sh", "stty", "sleep", "echo", "cat"]}`
+const terminalPolicy = `{"allowedCommands": ["bash", "sh", "stty", "sleep", "echo", "cat", "head", "tr"]}`
 
 func jsonOf(t *testing.T, b []byte) map[string]any {
 	t.Helper()
@@ -101,6 +101,7 @@ func attachWS(t *testing.T, s *scopeServer, token, session, tid, query string) (
 	if err != nil {
 		return nil, resp, err
 	}
+	conn.SetReadLimit(4 << 20)
 	t.Cleanup(func() { conn.CloseNow() })
 	return &viewer{t: t, conn: conn}, resp, nil
 }
@@ -117,7 +118,8 @@ func (v *viewer) until(want string) map[string]any {
 		}
 		typ, data, err := v.conn.Read(ctx)
 		if err != nil {
-			v.t.Fatalf("waiting for %q: %v; output so far %q, control %v", want, err, v.out.String(), v.ctl)
+			out := v.out.String()
+			v.t.Fatalf("waiting for %q: %v; output so far (its last 2000 bytes) %q, control %v", want, err, out[max(0, len(out)-2000):], v.ctl)
 		}
 		if typ == websocket.MessageBinary {
 			v.out.Write(data)
@@ -451,5 +453,43 @@ func TestTerminalAttachBrowserToken(t *testing.T) {
 	_, resp, err = websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{api.TerminalProtocol, "bearer.not-a-token"}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a bad token: %v %v", resp, err)
+	}
+}
+
+// TestTerminalSlowViewer: a viewer that reads nothing holds neither the program nor cws
+// up: the program writes 50 MB and ends while the viewer's socket is not read; when it
+// reads again it is told how much it skipped, and gets the end of the output and the
+// exit.
+func TestTerminalSlowViewer(t *testing.T) {
+	s, _ := newTerminalServer(t, terminalPolicy)
+	id := s.session(t)
+	tok := s.token(t, "dev", "", auth.AllScopes()...)
+	a := s.do(t, http.MethodPost, "/v1/sessions/"+id+"/terminals", tok,
+		[]byte(`{"command": "sh", "args": ["-c", "sleep 0.3; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo the-end"]}`))
+	if a.status != http.StatusCreated {
+		t.Fatalf("open: %d %s", a.status, a.body)
+	}
+	tid := jsonOf(t, a.body)["id"].(string)
+	v, _, err := attachWS(t, s, tok, id, tid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not a byte read until the program has ended.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		a := s.do(t, http.MethodGet, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil)
+		if jsonOf(t, a.body)["running"] == false {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the program did not end while its only viewer read nothing")
+		}
+	}
+	skipped := v.until("ctl:skipped")
+	if skipped["bytes"].(float64) <= 0 {
+		t.Fatalf("skipped frame: %v", skipped)
+	}
+	v.until("the-end")
+	if ex := v.until("ctl:exit"); ex["code"] != 0.0 {
+		t.Fatalf("exit frame: %v", ex)
 	}
 }

@@ -47,7 +47,8 @@ func (v *wsViewer) until(want string) map[string]any {
 		}
 		typ, data, err := v.conn.Read(ctx)
 		if err != nil {
-			v.t.Fatalf("waiting for %q: %v; output so far %q, control %v", want, err, v.out.String(), v.ctl)
+			out := v.out.String()
+			v.t.Fatalf("waiting for %q: %v; output so far (its last 2000 bytes) %q, control %v", want, err, out[max(0, len(out)-2000):], v.ctl)
 		}
 		if typ == websocket.MessageBinary {
 			v.out.Write(data)
