@@ -239,13 +239,21 @@ func TestTerminalsE2E(t *testing.T) {
 		if r := p.post(t, tok, "/v1/sessions/"+id+"/suspend", nil); r.status != http.StatusOK {
 			t.Fatalf("suspend: %d %s", r.status, r.body)
 		}
+		// Reading what the suspend kept does not wake the session.
+		r := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil, nil)
+		if got := decode[map[string]any](t, r); r.status != 200 || got["endReason"] != "suspended" || got["running"] != false {
+			t.Fatalf("GET after the suspend: %d %s", r.status, r.body)
+		}
+		r = do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/terminals", tok, nil, nil)
+		if r.status != 200 || strings.Count(string(r.body), `"suspended"`) != 2 {
+			t.Fatalf("list after the suspend: %d %s", r.status, r.body)
+		}
+		if st := decode[sessionView](t, do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id, tok, nil, nil)).State; st != "suspended" {
+			t.Fatalf("reading the kept terminals woke the session: %s", st)
+		}
 		s := c.call(t, "terminalScreen", map[string]any{"id": mid})
 		if s["running"] != false || s["endReason"] != "suspended" || !strings.Contains(strings.Join(toStrings(s["lines"]), "\n"), "\nafter-top\n") {
 			t.Fatalf("screen after the suspend: %v", s)
-		}
-		r := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil, nil)
-		if got := decode[map[string]any](t, r); r.status != 200 || got["endReason"] != "suspended" {
-			t.Fatalf("GET after the suspend: %d %s", r.status, r.body)
 		}
 		r = p.post(t, tok, "/v1/sessions/"+id+"/terminals", map[string]any{"command": "bash"})
 		if r.status != http.StatusCreated {

@@ -86,31 +86,46 @@ func running(ts []agent.TTYInfo) int {
 
 // terminalCall checks that caller may use terminals in session id (scope tools:exec,
 // the tenant's terminal toolset, its rate) and returns the call with the session's
-// policy; a sleeping session wakes.
-func (s *Service) terminalCall(ctx context.Context, caller Caller, id, what string) (*call, error) {
+// policy. A sleeping session wakes when wake is set; otherwise its call comes back
+// asleep, with no agent: what the suspend kept answers for it.
+func (s *Service) terminalCall(ctx context.Context, caller Caller, id, what string, wake bool) (c *call, asleep bool, err error) {
 	if err := caller.need(auth.ScopeToolsExec, what); err != nil {
-		return nil, err
-	}
-	sess, _, err := s.session(ctx, caller, id)
-	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	tp, _ := s.cfg.Tenants.Policy(caller.Tenant)
 	if tp != nil && !toolsetEnabled(tp, policy.ToolsetTerminal) {
-		return nil, &policy.Violation{Err: ErrPolicy, Rule: "toolsets", Detail: fmt.Sprintf("toolset %q is not enabled for this tenant", policy.ToolsetTerminal)}
+		return nil, false, &policy.Violation{Err: ErrPolicy, Rule: "toolsets", Detail: fmt.Sprintf("toolset %q is not enabled for this tenant", policy.ToolsetTerminal)}
 	}
 	if err := s.allow(ctx, caller.Tenant, tp); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	c := &call{svc: s, sess: sess, caller: caller, agent: s.agentFor(sess.Sandbox), tool: what}
+	if !wake {
+		sess, err := s.getSession(ctx, caller, id)
+		if err != nil {
+			return nil, false, err
+		}
+		if sess.Asleep() {
+			return &call{svc: s, sess: sess, caller: caller, tool: what}, true, nil
+		}
+	}
+	sess, _, err := s.session(ctx, caller, id)
+	if err != nil {
+		return nil, false, err
+	}
+	c = &call{svc: s, sess: sess, caller: caller, agent: s.agentFor(sess.Sandbox), tool: what}
 	eff, err := s.effectivePolicy(ctx, c, tp)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	g := eff.Guard()
 	c.pol, c.guard = eff, &g
 	s.renew(ctx, sess)
-	return c, nil
+	return c, false, nil
+}
+
+// errNoTerminal is the answer for a terminal a sleeping session doesn't know.
+func errNoTerminal(tid string) error {
+	return fmt.Errorf("%w: no terminal %q", ErrNotFound, tid)
 }
 
 // terminalError maps the agent's answers about terminals to the domain's errors.
@@ -146,7 +161,7 @@ func firstOr(s []string, dflt string) string {
 
 // OpenTerminal starts a program on a new terminal in session id.
 func (s *Service) OpenTerminal(ctx context.Context, caller Caller, id string, o terminal.Open) (*terminal.Info, error) {
-	c, err := s.terminalCall(ctx, caller, id, "open a terminal")
+	c, _, err := s.terminalCall(ctx, caller, id, "open a terminal", true)
 	if err != nil {
 		return nil, err
 	}
@@ -170,15 +185,17 @@ func (s *Service) OpenTerminal(ctx context.Context, caller Caller, id string, o 
 // ListTerminals lists session id's terminals, running and ended (those a suspend ended
 // too), oldest first.
 func (s *Service) ListTerminals(ctx context.Context, caller Caller, id string) ([]terminal.Info, error) {
-	c, err := s.terminalCall(ctx, caller, id, "list terminals")
+	c, asleep, err := s.terminalCall(ctx, caller, id, "list terminals", false)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := c.agent.TTYList(ctx)
-	if err != nil {
-		return nil, terminalError(err)
+	var ts []agent.TTYInfo
+	if !asleep {
+		if ts, err = c.agent.TTYList(ctx); err != nil {
+			return nil, terminalError(err)
+		}
+		s.noteTerminals(c.sess.Tenant, c.sess.ID, running(ts))
 	}
-	s.noteTerminals(c.sess.Tenant, c.sess.ID, running(ts))
 	out := []terminal.Info{}
 	for _, k := range s.suspendedTerminals(ctx, c) {
 		if !slices.ContainsFunc(ts, func(t agent.TTYInfo) bool { return t.ID == k.Info.ID }) {
@@ -193,11 +210,16 @@ func (s *Service) ListTerminals(ctx context.Context, caller Caller, id string) (
 
 // GetTerminal describes one terminal of session id.
 func (s *Service) GetTerminal(ctx context.Context, caller Caller, id, tid string) (*terminal.Info, error) {
-	c, err := s.terminalCall(ctx, caller, id, "get a terminal")
+	c, asleep, err := s.terminalCall(ctx, caller, id, "get a terminal", false)
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.agent.TTYGet(ctx, tid)
+	var t agent.TTYInfo
+	if asleep {
+		err = &agent.WireError{Code: agent.CodeNotFound, Message: errNoTerminal(tid).Error()}
+	} else {
+		t, err = c.agent.TTYGet(ctx, tid)
+	}
 	if errors.Is(err, agent.ErrNotFound) {
 		if k, ok := terminal.FindSuspended(s.suspendedTerminals(ctx, c), tid); ok {
 			t, err = k.Info, nil
@@ -212,11 +234,16 @@ func (s *Service) GetTerminal(ctx context.Context, caller Caller, id, tid string
 
 // CloseTerminal ends a terminal of session id (its program is hung up, then killed).
 func (s *Service) CloseTerminal(ctx context.Context, caller Caller, id, tid string) (*terminal.Info, error) {
-	c, err := s.terminalCall(ctx, caller, id, "close a terminal")
+	c, asleep, err := s.terminalCall(ctx, caller, id, "close a terminal", false)
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.agent.TTYClose(ctx, tid)
+	var t agent.TTYInfo
+	if asleep {
+		err = &agent.WireError{Code: agent.CodeNotFound, Message: errNoTerminal(tid).Error()}
+	} else {
+		t, err = c.agent.TTYClose(ctx, tid)
+	}
 	if errors.Is(err, agent.ErrNotFound) {
 		if k, ok := terminal.FindSuspended(s.suspendedTerminals(ctx, c), tid); ok {
 			t, err = k.Info, nil // ended by the suspend already
@@ -226,7 +253,9 @@ func (s *Service) CloseTerminal(ctx context.Context, caller Caller, id, tid stri
 		return nil, terminalError(err)
 	}
 	s.auditTerminal(c, "close", t, "ok", 0, 0)
-	s.countTerminals(ctx, c)
+	if !asleep {
+		s.countTerminals(ctx, c)
+	}
 	in := terminal.InfoOf(t)
 	return &in, nil
 }
@@ -289,7 +318,7 @@ type TerminalAttachment struct {
 // AttachTerminal checks that caller may attach to terminal tid of session id (which
 // wakes), and that it exists.
 func (s *Service) AttachTerminal(ctx context.Context, caller Caller, id, tid string) (*TerminalAttachment, error) {
-	c, err := s.terminalCall(ctx, caller, id, "attach a terminal")
+	c, _, err := s.terminalCall(ctx, caller, id, "attach a terminal", true)
 	if err != nil {
 		return nil, err
 	}
