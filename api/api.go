@@ -44,6 +44,7 @@ type Server struct {
 	engine   *gin.Engine
 	draining atomic.Bool
 	previews *previews // ports.go
+	attaches attachSet // terminals.go: the attached viewers, closed by Drain
 }
 
 // New builds the router.
@@ -107,8 +108,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.engine.ServeHTTP(w, r)
 }
 
-// Drain makes /readyz answer 503 so load balancers stop sending traffic.
-func (s *Server) Drain() { s.draining.Store(true) }
+// Drain makes /readyz answer 503 so load balancers stop sending traffic, and closes the
+// terminals' attached viewers ("going away": they attach again elsewhere; the terminals
+// live on in their sandboxes), which would otherwise hold the shutdown for its grace.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.attaches.closeAll()
+}
 
 // Routes lists the registered method+path pairs (for tests and the OpenAPI check).
 func (s *Server) Routes() gin.RoutesInfo { return s.engine.Routes() }

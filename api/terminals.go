@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -55,6 +56,43 @@ func wsBearer(c *gin.Context) {
 				return
 			}
 		}
+	}
+}
+
+// attachSet is the attached viewers, each by the func that ends its attach.
+type attachSet struct {
+	mu     sync.Mutex
+	m      map[*context.CancelFunc]struct{}
+	closed bool
+}
+
+// add registers an attach; false once closeAll ran (the server is draining).
+func (as *attachSet) add(stop *context.CancelFunc) bool {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.closed {
+		return false
+	}
+	if as.m == nil {
+		as.m = map[*context.CancelFunc]struct{}{}
+	}
+	as.m[stop] = struct{}{}
+	return true
+}
+
+func (as *attachSet) remove(stop *context.CancelFunc) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	delete(as.m, stop)
+}
+
+// closeAll ends every attach, and every later one at once.
+func (as *attachSet) closeAll() {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	as.closed = true
+	for stop := range as.m {
+		(*stop)()
 	}
 }
 
@@ -129,12 +167,22 @@ func (s *Server) attachTerminal(c *gin.Context) {
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(wsReadLimit)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// connCtx lives as long as the socket (a read or write whose context ends closes
+	// it at once, without a close frame); ctx is the attach's, which the viewer's going,
+	// a write that times out or a drain ends, after which the socket closes properly.
+	connCtx, closeConn := context.WithCancel(context.WithoutCancel(ctx))
+	defer closeConn()
+	ctx, cancel := context.WithCancel(connCtx)
 	defer cancel()
+	if !s.attaches.add(&cancel) {
+		conn.Close(websocket.StatusGoingAway, "cws is shutting down: attach again")
+		return
+	}
+	defer s.attaches.remove(&cancel)
 
 	send := func(v any) error {
 		b, _ := json.Marshal(v)
-		wctx, done := context.WithTimeout(ctx, wsWriteTimeout)
+		wctx, done := context.WithTimeout(connCtx, wsWriteTimeout)
 		defer done()
 		return conn.Write(wctx, websocket.MessageText, b)
 	}
@@ -152,7 +200,7 @@ func (s *Server) attachTerminal(c *gin.Context) {
 		defer cancel()
 		defer typed.Close()
 		for {
-			typ, data, err := conn.Read(ctx)
+			typ, data, err := conn.Read(connCtx)
 			if err != nil {
 				return
 			}
@@ -172,7 +220,7 @@ func (s *Server) attachTerminal(c *gin.Context) {
 		}
 	}()
 
-	wctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, wsWriteTimeout) }
+	wctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(connCtx, wsWriteTimeout) }
 	info, err := ta.Stream(ctx, readOnly, input, func(p []byte) error {
 		c, done := wctx()
 		defer done()
@@ -184,6 +232,8 @@ func (s *Server) attachTerminal(c *gin.Context) {
 	case err == nil:
 		_ = send(control{Type: "exit", Code: info.ExitCode, EndReason: info.EndReason})
 		conn.Close(websocket.StatusNormalClosure, "the program ended")
+	case s.draining.Load():
+		conn.Close(websocket.StatusGoingAway, "cws is shutting down: attach again")
 	case ctx.Err() != nil: // the viewer went, or was too slow to write to
 		conn.Close(websocket.StatusPolicyViolation, "viewer gone or too slow")
 	default:

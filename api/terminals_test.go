@@ -28,6 +28,13 @@ import (
 // newScopeServer), both under policyJSON.
 func newTerminalServer(t *testing.T, policyJSON string) (*scopeServer, *scopeServer) {
 	t.Helper()
+	s, other, _ := newTerminalRouter(t, policyJSON)
+	return s, other
+}
+
+// newTerminalRouter is newTerminalServer with its router.
+func newTerminalRouter(t *testing.T, policyJSON string) (*scopeServer, *scopeServer, *api.Server) {
+	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash on this host")
 	}
@@ -56,9 +63,10 @@ func newTerminalServer(t *testing.T, policyJSON string) (*scopeServer, *scopeSer
 	t.Cleanup(svc.Close)
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	mh := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols})
-	hs := httptest.NewServer(api.New(api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: "http://cws.test"}))
+	router := api.New(api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: "http://cws.test"})
+	hs := httptest.NewServer(router)
 	t.Cleanup(hs.Close)
-	return &scopeServer{url: hs.URL, tenant: tenants.Get(scopesTenant)}, &scopeServer{url: hs.URL, tenant: tenants.Get("other")}
+	return &scopeServer{url: hs.URL, tenant: tenants.Get(scopesTenant)}, &scopeServer{url: hs.URL, tenant: tenants.Get("other")}, router
 }
 
 const terminalPolicy = `{"allowedCommands": ["bash", "sh", "stty", "sleep", "echo", "cat", "head", "tr"]}`
@@ -491,5 +499,37 @@ func TestTerminalSlowViewer(t *testing.T) {
 	v.until("the-end")
 	if ex := v.until("ctl:exit"); ex["code"] != 0.0 {
 		t.Fatalf("exit frame: %v", ex)
+	}
+}
+
+// TestTerminalDrainClosesViewers: a draining server closes its attached viewers with
+// "going away", and refuses new attaches the same way; the terminal lives on.
+func TestTerminalDrainClosesViewers(t *testing.T) {
+	s, _, router := newTerminalRouter(t, terminalPolicy)
+	id := s.session(t)
+	tok := s.token(t, "dev", "", auth.AllScopes()...)
+	a := s.do(t, http.MethodPost, "/v1/sessions/"+id+"/terminals", tok, []byte(`{"command": "sleep", "args": ["100"]}`))
+	tid := jsonOf(t, a.body)["id"].(string)
+	v, _, err := attachWS(t, s, tok, id, tid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.until("ctl:attached")
+	router.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := v.conn.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("a viewer of a draining server: %v, want going away", err)
+	}
+	w, _, err := attachWS(t, s, tok, id, tid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.conn.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("an attach to a draining server: %v, want going away", err)
+	}
+	a = s.do(t, http.MethodGet, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil)
+	if jsonOf(t, a.body)["running"] != true {
+		t.Fatalf("the terminal after the drain: %s", a.body)
 	}
 }
