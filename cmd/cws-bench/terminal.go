@@ -226,6 +226,54 @@ func benchTerminal(ctx context.Context, e *env) ([]bench.Row, error) {
 		_, _ = svc.CloseTerminal(ctx, caller, s.ID, tid)
 	}
 	rows = append(rows, note(bench.Summarize("terminal: first screen", first), "POST a bash terminal, then terminalScreen until the prompt shows"))
+
+	// Density: 200 bash terminals across 50 sessions, all running at the end, and what
+	// cws's heap grew by.
+	sessions, per := max(1, int(50*e.scale)), 4
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var opens []time.Duration
+	var ids []string
+	defer func() {
+		for _, sid := range ids {
+			_ = svc.DeleteSession(context.WithoutCancel(ctx), caller, sid)
+		}
+	}()
+	for i := range sessions {
+		e.logf("terminal: density, session %d of %d…", i+1, sessions)
+		ds, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
+		if err != nil {
+			return rows, err
+		}
+		ids = append(ids, ds.ID)
+		for range per {
+			t0 := time.Now()
+			if _, err := svc.OpenTerminal(ctx, caller, ds.ID, terminal.Open{Command: "bash"}); err != nil {
+				return rows, fmt.Errorf("density: %w", err)
+			}
+			opens = append(opens, time.Since(t0))
+		}
+	}
+	runningAll := 0
+	for _, sid := range ids {
+		ts, err := svc.ListTerminals(ctx, caller, sid)
+		if err != nil {
+			return rows, err
+		}
+		for _, t := range ts {
+			if t.Running {
+				runningAll++
+			}
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	d := note(bench.Summarize("terminal: open, with 200 across 50 sessions", opens),
+		fmt.Sprintf("%d of %d running at the end; cws's heap %+d MiB after a GC (in-process cws)", runningAll, sessions*per, (int64(after.HeapInuse)-int64(before.HeapInuse))>>20))
+	d.Bytes = int64(after.HeapInuse) - int64(before.HeapInuse)
+	rows = append(rows, d)
 	return rows, nil
 }
 

@@ -49,8 +49,9 @@ type Manager struct {
 	Exec *exec.Runner
 	Log  *slog.Logger
 
-	mu    sync.Mutex
-	terms map[string]*Term
+	mu       sync.Mutex
+	terms    map[string]*Term
+	starting int // terminals being started, counted against the limit
 }
 
 // newID names a terminal: unique across the agent's restarts too, so that a terminal a
@@ -82,13 +83,19 @@ func (m *Manager) Open(ctx context.Context, args json.RawMessage, _ []byte, _ *o
 		limit = maxRunning
 	}
 	m.mu.Lock()
-	if n := m.running(); n >= limit {
+	if n := m.running() + m.starting; n >= limit {
 		m.mu.Unlock()
 		return nil, &agent.WireError{Code: agent.CodeTooLarge, Rule: "maxTerminals",
 			Message: fmt.Sprintf("%d terminals are running, the most this session may have (maxTerminals %d): close one first", n, limit)}
 	}
 	id := newID()
+	m.starting++
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.starting--
+		m.mu.Unlock()
+	}()
 
 	env := map[string]string{"TERM": "xterm-256color", "COLORTERM": "truecolor"}
 	for k, v := range a.Env {
@@ -284,26 +291,6 @@ func (m *Manager) Close(ctx context.Context, args json.RawMessage, _ []byte, _ *
 	return t.info(), nil
 }
 
-// Shutdown ends every terminal (the agent is going away).
-func (m *Manager) Shutdown() {
-	m.mu.Lock()
-	ts := make([]*Term, 0, len(m.terms))
-	for _, t := range m.terms {
-		ts = append(ts, t)
-	}
-	m.mu.Unlock()
-	for _, t := range ts {
-		t.end(agent.TTYClosed)
-	}
-}
-
-// Running counts the running terminals.
-func (m *Manager) Running() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.running()
-}
-
 // Resize sets a terminal's size (agent.TTYResizeArgs).
 func (m *Manager) Resize(ctx context.Context, args json.RawMessage, _ []byte, _ *op.Responder) (any, error) {
 	var a agent.TTYResizeArgs
@@ -331,8 +318,8 @@ var signals = map[string]syscall.Signal{
 	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
 }
 
-// SignalNames lists the signals tty.signal takes.
-func SignalNames() []string {
+// signalNames lists the signals tty.signal takes.
+func signalNames() []string {
 	out := make([]string, 0, len(signals))
 	for k := range signals {
 		out = append(out, k)
@@ -350,7 +337,7 @@ func (m *Manager) Signal(ctx context.Context, args json.RawMessage, _ []byte, _ 
 	sig, ok := signals[a.Signal]
 	if !ok {
 		return nil, &agent.WireError{Code: agent.CodeInvalid, Path: "signal",
-			Message: fmt.Sprintf("unknown signal %q (want one of %v)", a.Signal, SignalNames())}
+			Message: fmt.Sprintf("unknown signal %q (want one of %v)", a.Signal, signalNames())}
 	}
 	t, err := m.lookup(a.ID)
 	if err != nil {
