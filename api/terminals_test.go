@@ -533,3 +533,44 @@ func TestTerminalDrainClosesViewers(t *testing.T) {
 		t.Fatalf("the terminal after the drain: %s", a.body)
 	}
 }
+
+// TestTerminalAudit: the audit has a terminal's open and close with its size, and the
+// attach with its bytes, but never what was typed.
+func TestTerminalAudit(t *testing.T) {
+	s, _ := newTerminalServer(t, terminalPolicy)
+	id := s.session(t)
+	tok := s.token(t, "dev", "", auth.AllScopes()...)
+	a := s.do(t, http.MethodPost, "/v1/sessions/"+id+"/terminals", tok, []byte(`{"cols": 90, "rows": 33}`))
+	tid := jsonOf(t, a.body)["id"].(string)
+	v, _, err := attachWS(t, s, tok, id, tid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.until("ctl:attached")
+	v.send(websocket.MessageBinary, "echo typed-secret-1\r")
+	v.until("typed-secret-1\r\n")
+	v.conn.Close(websocket.StatusNormalClosure, "")
+	mcpCall(t, s, tok, id, "terminalSend", `{"id":"`+tid+`","text":"echo typed-secret-2","keys":["Enter","Ctrl-U"]}`)
+	s.do(t, http.MethodDelete, "/v1/sessions/"+id+"/terminals/"+tid, tok, nil)
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		a = s.do(t, http.MethodGet, "/v1/sessions/"+id+"/audit", tok, nil)
+		body = string(a.body)
+		if strings.Contains(body, "terminal.close") && strings.Contains(body, "terminal.attach") && strings.Contains(body, "terminalSend") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit: %d %s", a.status, body)
+		}
+	}
+	for _, want := range []string{`"terminal.open"`, `\"cols\":90`, `\"rows\":33`, `"terminal.close"`, `"terminal.attach"`, `"target":"` + tid + `"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the audit lacks %s: %s", want, body)
+		}
+	}
+	for _, secret := range []string{"typed-secret", "Ctrl-U"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the audit keeps what was typed (%s): %s", secret, body)
+		}
+	}
+}

@@ -134,7 +134,8 @@ const auditArgsMax = 160
 
 // auditRedacted are the argument names whose values the audit never keeps.
 var auditRedacted = map[string]bool{"content": true, "contents": true, "patch": true, "env": true, "newText": true,
-	"oldText": true, "newString": true, "oldString": true, "text": true, "edits": true, "input": true, "stdin": true, "replacement": true}
+	"oldText": true, "newString": true, "oldString": true, "text": true, "edits": true, "input": true, "stdin": true, "replacement": true,
+	"keys": true} // terminalSend's keys: what is typed is never kept
 
 // auditArgs is a call's arguments as one line of compact JSON (written data redacted
 // to its size), cut short.
