@@ -42,6 +42,19 @@ func TestExecPassesTheExitCode(t *testing.T) {
 	if _, _, err := s.cli(t, nil, "exec", id, "--", "no-such-program-x"); err == nil {
 		t.Fatal("exec of a missing program succeeded")
 	}
+	// The attach is counted, with its bytes, by tenant.
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`cws_terminal_attaches_total{tenant="dev"} 1`, `cws_terminal_bytes_total{direction="out",tenant="dev"}`,
+		`cws_terminal_viewer_skips_total{tenant="dev"} 0`, `cws_terminal_open{tenant="dev"} 0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestAttachDetachesOnTildeDot: what is typed reaches the program, ~. at the start of
