@@ -39,7 +39,7 @@ func (v *viewer) push(p []byte) {
 	v.mu.Lock()
 	if len(v.queue)+len(p) > viewerMax {
 		v.skipped += int64(len(v.queue) + len(p))
-		v.queue = nil
+		v.queue = v.queue[:0] // not sent yet: flush hands it over only when it takes it
 	} else {
 		v.queue = append(v.queue, p...)
 	}

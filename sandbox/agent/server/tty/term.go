@@ -202,9 +202,12 @@ func (t *Term) feed() {
 	for {
 		select {
 		case <-t.fedKick:
-			t.catchUp()
+			wait := emuEvery
+			if t.catchUp() {
+				wait *= 5 // a flood: it is skipped anyway, and a screen read catches up
+			}
 			select { // what comes meanwhile waits for the next round
-			case <-time.After(emuEvery):
+			case <-time.After(wait):
 			case <-t.done:
 			}
 		case <-t.done:
@@ -215,8 +218,8 @@ func (t *Term) feed() {
 }
 
 // catchUp feeds the emulator the output it has not read, up to what was written when
-// it was called.
-func (t *Term) catchUp() {
+// it was called, and reports whether it skipped some.
+func (t *Term) catchUp() (skipped bool) {
 	t.emuMu.Lock()
 	defer t.emuMu.Unlock()
 	t.mu.Lock()
@@ -225,13 +228,14 @@ func (t *Term) catchUp() {
 	for t.fed < end {
 		t.mu.Lock()
 		if t.ring.total-t.fed > emuLag {
-			t.fed = t.ring.total - emuSkipTo
+			t.fed, skipped = t.ring.total-emuSkipTo, true
 		}
 		data, next := t.ring.since(t.fed, emuChunk)
 		t.mu.Unlock()
 		_, _ = t.emu.Write(data)
 		t.fed = next
 	}
+	return skipped
 }
 
 func (t *Term) notify() {
