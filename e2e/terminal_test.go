@@ -255,6 +255,15 @@ func TestTerminalsE2E(t *testing.T) {
 		if s["running"] != false || s["endReason"] != "suspended" || !strings.Contains(strings.Join(toStrings(s["lines"]), "\n"), "\nafter-top\n") {
 			t.Fatalf("screen after the suspend: %v", s)
 		}
+		// An attach to it shows its last screen, then its end.
+		kept, _, err := attachTerm(t, p.url, tok, id, tid, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept.until("both-see-9\r\n")
+		if ex := kept.until("ctl:exit"); ex["endReason"] != "suspended" {
+			t.Fatalf("exit frame of a terminal the suspend ended: %v", ex)
+		}
 		r = p.post(t, tok, "/v1/sessions/"+id+"/terminals", map[string]any{"command": "bash"})
 		if r.status != http.StatusCreated {
 			t.Fatalf("open after the suspend: %d %s", r.status, r.body)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -313,6 +314,9 @@ type TerminalAttachment struct {
 	tid string
 	// Info is the terminal as it was at attach.
 	Info terminal.Info
+	// kept is what a suspend kept of a terminal it ended: the attach shows its last
+	// screen and ends.
+	kept *terminal.Suspended
 }
 
 // AttachTerminal checks that caller may attach to terminal tid of session id (which
@@ -323,6 +327,11 @@ func (s *Service) AttachTerminal(ctx context.Context, caller Caller, id, tid str
 		return nil, err
 	}
 	t, err := c.agent.TTYGet(ctx, tid)
+	if errors.Is(err, agent.ErrNotFound) {
+		if k, ok := terminal.FindSuspended(s.suspendedTerminals(ctx, c), tid); ok {
+			return &TerminalAttachment{svc: s, c: c, tid: tid, Info: terminal.InfoOf(k.Info), kept: &k}, nil
+		}
+	}
 	if err != nil {
 		return nil, terminalError(err)
 	}
@@ -347,6 +356,16 @@ func (cr *countingReader) Read(p []byte) (int, error) {
 // dropped. output must not block for long: a viewer that does falls behind.
 func (ta *TerminalAttachment) Stream(ctx context.Context, readOnly bool, input io.Reader, output func([]byte) error, skipped func(int64) error) (*terminal.Info, error) {
 	s, c := ta.svc, ta.c
+	if ta.kept != nil { // ended by a suspend: its last screen, then its end
+		lines := append(slices.Clone(ta.kept.Screen.Scrollback), ta.kept.Screen.Lines...)
+		for len(lines) > 0 && lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		if err := output([]byte(strings.Join(lines, "\r\n") + "\r\n")); err != nil {
+			return nil, err
+		}
+		return &ta.Info, nil
+	}
 	to, _ := s.obs.(TerminalObserver)
 	if to != nil {
 		to.TerminalAttach(c.sess.Tenant)
