@@ -433,7 +433,7 @@ func (s *Service) idleSuspend(ctx context.Context, all []*Session) int {
 		switch sess.State {
 		case StateReady:
 			after := s.suspendAfter(sess.ID, tp.SuspendAfter.Std())
-			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) {
+			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) || s.calling(sess.ID) {
 				continue
 			}
 			if _, err := s.suspend(ctx, sess, "idle"); err != nil {
