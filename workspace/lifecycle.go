@@ -289,7 +289,7 @@ func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
 // wakeWait is how long a call waits for its session's wake before it answers a
 // retryable error (the wake goes on). A store or an engine that hangs never holds a
 // call for longer.
-var wakeWait = 25 * time.Second
+var wakeWait = 28 * time.Second
 
 func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
 
