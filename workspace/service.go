@@ -166,7 +166,8 @@ type Service struct {
 	wakeStarts sync.Map
 	portConns  sync.Map          // sandbox ID → *atomic.Int64: its exchanges under way (HoldPort)
 	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
-	inflight   sync.Map          // session id → *atomic.Int64: its calls under way on this replica
+	inflightMu sync.Mutex
+	inflight   map[string]int // session id → its calls under way on this replica
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
@@ -220,7 +221,7 @@ func New(cfg Config) *Service {
 	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache, deleted: usage.drop}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
-		catalog:  NewCatalog(cfg.Tools...),
+		catalog: NewCatalog(cfg.Tools...), inflight: map[string]int{},
 		audit:    make(chan AuditRecord, 4096),
 		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
 		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, healing: map[string]*healing{},

@@ -256,7 +256,11 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 					g := wholeTree
 					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, io.NewSectionReader(f, 0, 1<<62))
 					if err != nil {
-						return fmt.Errorf("%w: its files could not be written back: %v", ErrUnavailable, restoreError(err))
+						kind := ErrUnavailable
+						if errors.Is(mapAgentError(err), ErrTooLarge) {
+							kind = ErrTooLarge // a full disk fails the same way again
+						}
+						return fmt.Errorf("%w: its files could not be written back: %v", kind, restoreError(err))
 					}
 					return nil
 				}})
