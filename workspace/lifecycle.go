@@ -341,6 +341,17 @@ func (s *Service) lifecycleAudit(sess *Session, what, why string) {
 		Tool: "session." + what, Decision: "allow", Outcome: cmp.Or(why, "ok")})
 }
 
+// actionAudit records an action a caller took on a session (renew, snapshot, fork) in
+// the audit stream, with what it made (target).
+func (s *Service) actionAudit(caller Caller, id, what, target string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: id,
+		Tool: "session." + what, Decision: "allow", Outcome: outcome, Target: target})
+}
+
 // idleSuspend suspends every ready session idle for longer than its suspendAfter, and
 // archives every suspended one asleep for longer than archiveAfter. It returns how many
 // moved.
