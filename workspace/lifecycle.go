@@ -178,6 +178,7 @@ func (s *Service) suspendLocked(ctx context.Context, sess *Session, reason strin
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := sp.Suspend(ctx, sess.Sandbox); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		// Recorded suspended: the reconciler stops it, and a call wakes it meanwhile.
@@ -561,6 +562,7 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 		}
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
 		s.log.Warn("archive: remove the sandbox (the reconciler will)", "session", sess.ID, "sandbox", sess.Sandbox, "err", err)
