@@ -39,6 +39,10 @@ var diffRepos = []diffRepo{
 		worktree: map[string]*string{"README.md": text("readme v2\n"), "src/app/main.go": text("package main // v2\n"),
 			"docs/guide.md": nil, "new.go": text("package main // new\n"), "src/new/x.go": text("package x\n"),
 			".env": text(secret + " env\n"), "secrets/token": text(secret + " token\n"), "build/out.txt": text("out v2\n")}},
+	{name: "odd names",
+		committed: map[string]string{"a b.txt": "v1\n", "[x].go": "package x\n", "src/ü ß.go": "package u\n"},
+		worktree: map[string]*string{"a b.txt": text("v2\n"), "[x].go": nil, "src/ü ß.go": text("package u // v2\n"),
+			":colon.txt": text("new\n"), "-dash.go": text("package dash\n"), "src/*.go": text("package star\n"), "tab\tname.md": text("t\n")}},
 	{name: "no commit",
 		worktree: map[string]*string{"README.md": text("readme\n"), "src/a.go": text("package a\n"), ".gitignore": text(".env\n"),
 			".env": text(secret + " env\n"), "secrets/token": text(secret + " token\n")}},
@@ -146,7 +150,8 @@ func diffByHand(t *testing.T, dir string, hasCommit bool, pathspecs []string) st
 	}
 	hostGit(t, dir, index, "read-tree", base)
 	hostGit(t, dir, index, "add", "-A")
-	return hostGit(t, dir, index, append([]string{"diff", "--cached", "--binary", base, "--"}, pathspecs...)...)
+	// core.quotepath=off: names as they are, as the endpoint prints them.
+	return hostGit(t, dir, index, append([]string{"-c", "core.quotepath=off", "diff", "--cached", "--binary", base, "--"}, pathspecs...)...)
 }
 
 func hostGit(t *testing.T, dir string, env []string, args ...string) string {
