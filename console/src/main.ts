@@ -583,7 +583,7 @@ async function sessionPage(id: string, tab: string): Promise<void> {
   switch (tab) {
     case "details": return detailsTab(body, base, watch, refresh);
     case "files": return filesTab(body, id);
-    case "processes": return processesTab(body, id);
+    case "processes": return processesTab(body, id, watch);
     case "terminal": return terminalTab(body, id);
     case "audit": return auditTab(body, base);
     case "diff": return diffTab(body, base);
@@ -696,7 +696,10 @@ async function filesTab(body: HTMLElement, id: string): Promise<void> {
   await open("");
 }
 
-async function processesTab(body: HTMLElement, id: string): Promise<void> {
+async function processesTab(body: HTMLElement, id: string, watch: (f: (s: api.Session) => void) => void): Promise<void> {
+  // The tools wake a sleeping session: the list is polled only while it is ready.
+  let ready = true;
+  watch((s) => (ready = s.state === "ready"));
   const table = h("tbody", {});
   const out = h("pre", { class: "output", "aria-live": "polite", tabindex: 0 });
   let chosen = "";
@@ -730,7 +733,11 @@ async function processesTab(body: HTMLElement, id: string): Promise<void> {
   };
   await load().catch((e) => body.prepend(errorBox(e)));
   await poll().catch(() => {});
-  every(1000, async () => { await load(); await poll(); });
+  every(1000, async () => {
+    if (!ready) return;
+    await load();
+    await poll();
+  });
 }
 
 function terminalTab(body: HTMLElement, id: string): void {
