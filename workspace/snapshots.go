@@ -175,7 +175,9 @@ func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) 
 
 // restoreSnapshot fills a new session's workspace from one of its tenant's snapshots.
 func (s *Service) restoreSnapshot(ctx context.Context, sess *Session, id string) error {
-	return s.restore(ctx, sess.Tenant, id, s.agentFor(sess.Sandbox))
+	notes, err := s.restore(ctx, sess.Tenant, id, s.agentFor(sess.Sandbox))
+	sess.Notes = notes
+	return err
 }
 
 // MaxFork is the most sessions one fork makes.
@@ -213,7 +215,7 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 	defer f.Close()
 	unlock := s.quiesce(src.ID)
 	g := wholeTree
-	_, err = s.agentFor(src.Sandbox).TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g}, f)
+	_, err = s.agentFor(src.Sandbox).TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true}, f)
 	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: read its workspace: %w", id, mapAgentError(err))
@@ -226,8 +228,11 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 				restore: func(ctx context.Context, sess *Session) error {
 					a := s.agentFor(sess.Sandbox)
 					g := wholeTree
-					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, io.NewSectionReader(f, 0, 1<<62))
-					return mapAgentError(err)
+					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, io.NewSectionReader(f, 0, 1<<62))
+					if err != nil {
+						return fmt.Errorf("%w: its files could not be written back: %v", ErrUnavailable, restoreError(err))
+					}
+					return nil
 				}})
 			res.Sessions[i], res.Errors[i] = sess, err
 		})
