@@ -165,3 +165,35 @@ func hostGit(t *testing.T, dir string, env []string, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestCommitAllUnderPolicies: gitCommit with all stages like the REST diff: it works
+// under every policy in every kind of repository, and commits exactly what git by hand
+// stages under the policy (denied files stay out of history).
+func TestCommitAllUnderPolicies(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	for _, p := range diffPolicies {
+		for _, r := range diffRepos {
+			if r.name == "empty repository" {
+				continue // nothing to commit
+			}
+			t.Run(p.name+"/"+r.name, func(t *testing.T) {
+				e := newTestEnv(t, p.policy)
+				makeRepo(t, e, r)
+				want := diffByHand(t, e.dir, r.committed != nil, p.byHand)
+				if want == "" {
+					return // nothing the policy allows changed: git commit has nothing to do
+				}
+				e.ok("gitCommit", map[string]any{"message": "all", "all": true})
+				base := "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+				if r.committed != nil {
+					base = "HEAD~1"
+				}
+				if got := hostGit(t, e.dir, nil, "-c", "core.quotepath=off", "diff", "--binary", base, "HEAD"); got != want {
+					t.Errorf("the commit:\n%s\nwant (git by hand):\n%s", got, want)
+				}
+			})
+		}
+	}
+}

@@ -18,11 +18,8 @@ const emptyTree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 // (untracked, not ignored) files included, without touching the repository's index: the
 // REST diff (workspace.Config.Diff). Denied paths are left out like in the git tools.
 //
-// The changes are staged in a private index that starts as the last commit's tree. The
-// names to stage come from commands that take the policy's pathspecs and never fail on
-// them (diff-files, ls-files), and are staged by name (update-index): `git add` would
-// fail on a pathspec that matches nothing (`**/*/**` in a repository of top-level files)
-// and on one that names an ignored path (a denied `.env` in .gitignore).
+// The changes are staged (stageAll) in a private index that starts as the last commit's
+// tree.
 func Diff(ctx context.Context, env tool.Env) (string, error) {
 	c := newCall(env)
 	// A private index per call: concurrent diffs never share one, the repository's own is
@@ -63,44 +60,13 @@ func Diff(ctx context.Context, env tool.Env) (string, error) {
 	// Denied paths stay out of the index and out of the diff: only names under the
 	// guard's pathspecs are staged, and the diff excludes by name every one the agent
 	// refuses (a hard link to a denied file, a symlink into one).
-	specs := pathspecs(c.guard, nil)
-	if err := stage(run, specs); err != nil {
+	git := func(_ context.Context, stdin []byte, args ...string) (string, error) { return run(stdin, args...) }
+	if err := stageAll(ctx, git, pathspecs(c.guard, nil)); err != nil {
 		return "", err
 	}
-	git := func(_ context.Context, stdin []byte, args ...string) (string, error) { return run(stdin, args...) }
 	specs, _, err := c.scopeSpecs(ctx, []string{"diff", "--cached", "--name-only", "-z", "--no-renames", base}, nil, git)
 	if err != nil {
 		return "", err
 	}
 	return run(nil, append([]string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}, specs...)...)
-}
-
-// stage updates the private index, which holds the base tree, to the working tree for
-// the names under specs: tracked files changed or deleted, and untracked files that are
-// not ignored. A nested repository (ls-files lists it as "dir/") is left out.
-func stage(run func(stdin []byte, args ...string) (string, error), specs []string) error {
-	// The fresh index has no stat data: refresh it so that diff-files lists only the
-	// files whose contents changed. -q: a stale entry is not an error.
-	if _, err := run(nil, "update-index", "-q", "--refresh"); err != nil {
-		return err
-	}
-	changed, err := run(nil, append([]string{"diff-files", "-z", "--name-only", "--no-renames", "--"}, specs...)...)
-	if err != nil {
-		return err
-	}
-	untracked, err := run(nil, append([]string{"ls-files", "-z", "--others", "--exclude-standard", "--"}, specs...)...)
-	if err != nil {
-		return err
-	}
-	var names strings.Builder
-	for _, n := range strings.Split(changed+untracked, "\x00") {
-		if n != "" && !strings.HasSuffix(n, "/") {
-			names.WriteString(n + "\x00")
-		}
-	}
-	if names.Len() == 0 {
-		return nil
-	}
-	_, err = run([]byte(names.String()), "update-index", "-z", "--add", "--remove", "--stdin")
-	return err
 }
