@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cwsdev/cws/auth"
@@ -118,22 +119,82 @@ func (s *Service) Resume(ctx context.Context, caller Caller, id string) (*Sessio
 
 // underClaim runs fn on the session as the store has it now, with the session's wake
 // claim held: no wake, suspend or archive of it runs anywhere meanwhile. ran is false,
-// and fn not run, when another replica holds the claim.
-func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(cur *Session) error) (ran bool, err error) {
+// and fn not run, when another replica holds the claim. The claim is renewed while fn
+// runs (an archive of a large workspace may take longer than its TTL); fn's ctx
+// carries it, so that a step that destroys a copy can first make sure it still holds
+// it (claimHeld).
+func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(ctx context.Context, cur *Session) error) (ran bool, err error) {
 	token := "op-" + newID()
-	_, claimed, err := s.cfg.Store.Claim(ctx, wakeKey(tenant, id), token, s.wakeTimeout())
+	key := wakeKey(tenant, id)
+	_, claimed, err := s.cfg.Store.Claim(ctx, key, token, s.wakeTimeout())
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if !claimed {
 		return false, nil
 	}
-	defer s.cfg.Store.Release(context.WithoutCancel(ctx), wakeKey(tenant, id), token)
+	defer s.cfg.Store.Release(context.WithoutCancel(ctx), key, token)
+	h := &claimHold{key: key, token: token, ttl: s.wakeTimeout(), store: s.cfg.Store}
+	ctx = context.WithValue(ctx, claimHoldKey{}, h)
+	stop := h.keep(ctx)
+	defer stop()
 	cur, err := s.cfg.Store.GetSession(ctx, tenant, id)
 	if err != nil {
 		return true, err
 	}
-	return true, fn(cur)
+	return true, fn(ctx, cur)
+}
+
+// claimHold is a session claim underClaim holds and renews.
+type claimHold struct {
+	key, token string
+	ttl        time.Duration
+	store      Store
+	lost       atomic.Bool
+}
+
+type claimHoldKey struct{}
+
+// keep renews the claim every third of its TTL until the returned func is called.
+func (h *claimHold) keep(ctx context.Context) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(h.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, ok, err := h.store.Claim(context.WithoutCancel(ctx), h.key, h.token, h.ttl); err == nil && !ok {
+					h.lost.Store(true)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// claimHeld reports whether the claim underClaim put in ctx is still this holder's
+// (renewing it); a ctx without one holds nothing to lose.
+func claimHeld(ctx context.Context) error {
+	h, ok := ctx.Value(claimHoldKey{}).(*claimHold)
+	if !ok {
+		return nil
+	}
+	if h.lost.Load() {
+		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+	}
+	_, ok, err := h.store.Claim(ctx, h.key, h.token, h.ttl)
+	if err != nil {
+		return fmt.Errorf("%w: renew the session's claim: %v", ErrUnavailable, err)
+	}
+	if !ok {
+		h.lost.Store(true)
+		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+	}
+	return nil
 }
 
 // suspend moves a ready session to suspended (or, when its sandbox keeps no disk,
@@ -141,7 +202,7 @@ func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(cur
 // idle suspend of a session used since sess was read does nothing.
 func (s *Service) suspend(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	out := sess
-	ran, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+	ran, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 		out = cur
 		if reason == "idle" && (cur.State != StateReady || cur.LastUsed.After(sess.LastUsed)) {
 			return nil // used, or moved, since the reaper looked
@@ -229,7 +290,7 @@ func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
 // wakeWait is how long a call waits for its session's wake before it answers a
 // retryable error (the wake goes on). A store or an engine that hangs never holds a
 // call for longer.
-var wakeWait = 25 * time.Second
+var wakeWait = 28 * time.Second
 
 func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
 
@@ -384,7 +445,7 @@ func (s *Service) idleSuspend(ctx context.Context, all []*Session) int {
 		switch sess.State {
 		case StateReady:
 			after := s.suspendAfter(sess.ID, tp.SuspendAfter.Std())
-			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) {
+			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) || s.calling(sess.ID) {
 				continue
 			}
 			if _, err := s.suspend(ctx, sess, "idle"); err != nil {
@@ -553,7 +614,7 @@ var errNoSnapshotStore = fmt.Errorf("%w: this server has no snapshot store (cws 
 // was read.
 func (s *Service) archive(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	out := sess
-	_, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+	_, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 		out = cur
 		if cur.State != sess.State || !cur.SuspendedAt.Equal(sess.SuspendedAt) || cur.Sandbox != sess.Sandbox {
 			return nil // woken, or archived, since the reaper looked
@@ -599,7 +660,14 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	if sess.SuspendedAt.IsZero() {
 		next.SuspendedAt = s.cfg.Now().UTC()
 	}
-	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+	// The archive is durable and read back (Snapshots.Write). Its volume goes only if
+	// this replica still holds the session: a capture that outlived its claim lets the
+	// session be woken elsewhere, and the volume is then the live copy.
+	err = claimHeld(ctx)
+	if err == nil {
+		err = s.cfg.Store.UpdateSession(ctx, &next)
+	}
+	if err != nil {
 		_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
 		if sess.State == StateSuspended {
 			s.stopQuietly(ctx, sess)
