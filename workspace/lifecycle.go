@@ -266,6 +266,7 @@ func (s *Service) suspendLocked(ctx context.Context, sess *Session, reason strin
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := sp.Suspend(ctx, sess.Sandbox); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		// Recorded suspended: the reconciler stops it, and a call wakes it meanwhile.
@@ -438,6 +439,17 @@ func (s *Service) keepProcesses(ctx context.Context, sess *Session) {
 func (s *Service) lifecycleAudit(sess *Session, what, why string) {
 	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: sess.Tenant, Subject: sess.Subject, Session: sess.ID,
 		Tool: "session." + what, Decision: "allow", Outcome: cmp.Or(why, "ok")})
+}
+
+// actionAudit records an action a caller took on a session (renew, snapshot, fork) in
+// the audit stream, with what it made (target).
+func (s *Service) actionAudit(caller Caller, id, what, target string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: id,
+		Tool: "session." + what, Decision: "allow", Outcome: outcome, Target: target})
 }
 
 // idleSuspend suspends every ready session idle for longer than its suspendAfter, and
@@ -685,6 +697,7 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 		}
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
 		s.log.Warn("archive: remove the sandbox (the reconciler will)", "session", sess.ID, "sandbox", sess.Sandbox, "err", err)

@@ -312,6 +312,7 @@ func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*
 		return nil, err
 	}
 	sess.LastUsed = now.UTC()
+	s.actionAudit(caller, id, "renew", "", nil)
 	return sess, nil
 }
 

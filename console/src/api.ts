@@ -91,7 +91,8 @@ export interface Usage {
   egressBytesIn: number;
   egressConnections: number;
   egressDenied: number;
-  sampledAt?: string;
+  sampledAt?: string; // the running sandbox's last sample; absent: none since it started
+  diskSampledAt?: string;
 }
 
 export interface Session {
