@@ -89,7 +89,6 @@ func secretPx(t *testing.T, p *Proxy, secs func() []Secret) (*http.Client, *pxRe
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, rec
 }
 
-
 // TestInjectSecrets: through an opened tunnel, the upstream gets the value where the
 // placeholder was (a Bearer header, Basic auth), the workspace never does; a body is
 // passed as it was; every other use of a placeholder is refused (another host, another

@@ -89,7 +89,6 @@ func (p *Proxy) terminate(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 	p.observe(rec)
 }
 
-
 // exchange serves the requests of one opened tunnel.
 type exchange struct {
 	p    *Proxy
