@@ -82,7 +82,8 @@ func (s *Service) serveEgress(sandboxID string, conn net.Conn) {
 	}
 	o := v.(owner)
 	s.cfg.Egress.Serve(context.Background(), conn, egress.Target{Tenant: o.tenant, Session: o.id,
-		Policy: func(ctx context.Context) (egress.Policy, error) { return s.egressPolicy(ctx, o.tenant, o.id) }})
+		Policy:  func(ctx context.Context) (egress.Policy, error) { return s.egressPolicy(ctx, o.tenant, o.id) },
+		Secrets: func(ctx context.Context) ([]egress.Secret, error) { return s.egressSecrets(ctx, o.tenant, o.id) }})
 }
 
 // egressPolicy is the network policy in force for a session: its tenant's, narrowed by
@@ -112,7 +113,7 @@ func (s *Service) egressRecord(r egress.Record) {
 	}
 	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: r.Tenant, Session: r.Session, Tool: "egress",
 		Decision: decision, Outcome: r.Decision, Duration: r.Took.Seconds(), Rule: r.Reason,
-		Target: net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), BytesOut: r.BytesOut, BytesIn: r.BytesIn})
+		Target: net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), BytesOut: r.BytesOut, BytesIn: r.BytesIn, Secrets: strings.Join(r.Secrets, ",")})
 	s.noteEgress(r.Tenant, r.Session, r.Decision == "allowed", r.BytesOut, r.BytesIn)
 	if n := netObserver(s.obs); n != nil {
 		n.NetConn(r.Tenant, "out", r.Decision, r.BytesOut, r.BytesIn)

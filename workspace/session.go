@@ -33,6 +33,19 @@ type Session struct {
 
 	SuspendedAt time.Time `json:"suspendedAt,omitzero"` // when it left ready, suspended or archived
 	Archive     string    `json:"archive,omitempty"`    // its archive snapshot, when archived
+
+	// Secrets are the tenant's secrets the session asked for at create: the workspace
+	// sees only each one's placeholder, in its variable (secrets.go).
+	Secrets []SessionSecret `json:"secrets,omitempty"`
+}
+
+// SessionSecret is one secret a session uses: the variable that holds its
+// placeholder, the secret's name, and the placeholder (not secret: useless anywhere
+// but in this session's requests through the proxy).
+type SessionSecret struct {
+	Env         string `json:"env"`
+	Name        string `json:"name"`
+	Placeholder string `json:"placeholder"`
 }
 
 // Asleep reports whether the session's sandbox is down (suspended or archived): a
@@ -82,4 +95,7 @@ type AuditRecord struct {
 	Target   string `json:"target,omitempty"`
 	BytesOut int64  `json:"bytesOut,omitempty"`
 	BytesIn  int64  `json:"bytesIn,omitempty"`
+	// Secrets names the secrets the proxy put into the exchange, comma-separated,
+	// never a value.
+	Secrets string `json:"secrets,omitempty"`
 }

@@ -40,7 +40,7 @@ type Store struct {
 	mu       sync.Mutex
 	sessions map[string]map[string]*workspace.Session // tenant → id → session
 	claims   map[string]claim
-	state    map[stateKey]map[string][]byte // a session's state: key → value
+	state    map[stateKey]map[string][]byte                // a session's state: key → value
 	secrets  map[string]map[string]*workspace.SecretRecord // tenant → name → secret
 	windows  map[string]window
 	audit    []workspace.AuditRecord // ring

@@ -104,6 +104,9 @@ type Policy struct {
 	// through), or "direct" (a network device of its own, no proxy: tenants file
 	// only, unsafe on a cloud host). See network.go. A workspace file may narrow it.
 	Network *Network `json:"network,omitzero"`
+	// Secrets are the tenant's secrets a session may ask for (by name); omitted: any of
+	// them, [] none. Tenants file only.
+	Secrets []string `json:"secrets,omitzero"`
 	// Egress limits the egress proxy's connections.
 	Egress *Egress `json:"egress,omitzero"`
 	// PreviewPorts are the ports a preview URL may reach ([3000, "8000-8099"]); omitted
