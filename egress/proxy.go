@@ -215,13 +215,17 @@ func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 			return
 		}
 		if req.Method == http.MethodConnect {
-			if p.CA != nil && t.Secrets != nil {
+			if t.Secrets != nil {
 				secs, err := t.Secrets(ctx)
 				if err != nil {
 					p.deny(conn, rec, http.StatusServiceUnavailable, "egress: the session's secrets are unavailable: "+err.Error())
 					return
 				}
 				if anyFor(secs, host, port) {
+					if p.CA == nil { // fail closed: never pipe a placeholder to a secret's host
+						p.deny(conn, rec, http.StatusServiceUnavailable, "egress: the secrets of "+host+" can't be put in: cws's egress CA is unavailable (see its log)")
+						return
+					}
 					p.terminate(ctx, conn, br, rec, t)
 					return
 				}
