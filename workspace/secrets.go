@@ -187,14 +187,15 @@ func (s *Service) sessionSecrets(ctx context.Context, tenant string, tp *policy.
 			return nil, invalidf("secrets", "variable %s is in both env and secrets", v)
 		case !secrets.ValidName(name):
 			return nil, invalidf("secrets", "secret name %q must match %s", name, secrets.NameRule)
-		case tp.Secrets != nil && !slices.Contains(tp.Secrets, name):
-			return nil, &policy.Violation{Err: ErrPolicy, Rule: "secrets", Detail: fmt.Sprintf("secret %q is not in the policy's secrets", name)}
 		}
 		if _, err := s.cfg.Store.GetSecret(ctx, tenant, name); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				return nil, invalidf("secrets", "unknown secret %q", name)
 			}
 			return nil, err
+		}
+		if tp.Secrets != nil && !slices.Contains(tp.Secrets, name) {
+			return nil, &policy.Violation{Err: ErrPolicy, Rule: "secrets", Detail: fmt.Sprintf("secret %q is not in the policy's secrets", name)}
 		}
 		out = append(out, SessionSecret{Env: v, Name: name, Placeholder: secrets.NewPlaceholder(v)})
 	}
