@@ -13,9 +13,9 @@ import (
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/egress"
-	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/sandbox/kube"
+	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/spf13/pflag"
@@ -82,8 +82,8 @@ type Config struct {
 	// hex); SecretsKey is it given directly (CWS_SECRETS_KEY). Neither: no secrets.
 	SecretsKeyFile, SecretsKey string
 	secretsKey                 *secrets.Key // parsed by validate
-	PreviewDomain      string        // host-based preview links: {port}-{session}.DOMAIN
-	PreviewMaxConns    int           // exchanges under way at once with one session's ports
+	PreviewDomain              string       // host-based preview links: {port}-{session}.DOMAIN
+	PreviewMaxConns            int          // exchanges under way at once with one session's ports
 
 	AdminTenant string        // tenant whose tokens with scope admin see every tenant
 	UsageEvery  time.Duration // how often sessions' usage is sampled; 0: never
