@@ -253,8 +253,8 @@ func TestSessionSecrets(t *testing.T) {
 		t.Fatalf("%s: %v", agent.EnvEgressVars, err)
 	}
 	if !strings.HasPrefix(vars["GITHUB_TOKEN"], "cws-secret-GITHUB_TOKEN-") || !strings.HasPrefix(vars["NPM_TOKEN"], "cws-secret-NPM_TOKEN-") ||
-		vars["GIT_CONFIG_COUNT"] != "4" || vars["GIT_CONFIG_KEY_0"] != "credential.https://github.com.helper" ||
-		!strings.Contains(vars["GIT_CONFIG_VALUE_0"], `"$GITHUB_TOKEN"`) ||
+		vars["GIT_CONFIG_COUNT"] != "2" || vars["GIT_CONFIG_KEY_0"] != "credential.helper" ||
+		!strings.Contains(vars["GIT_CONFIG_VALUE_0"]+vars["GIT_CONFIG_VALUE_1"], `github.com|*.githubusercontent.com) printf 'username=x-access-token\npassword=%s\n' "$GITHUB_TOKEN"`) ||
 		!strings.Contains(spec.Env[agent.EnvEgressCA], "BEGIN CERTIFICATE") {
 		t.Errorf("the sandbox's environment: %v", spec.Env)
 	}

@@ -217,11 +217,9 @@ func (s *Service) secretEnv(ctx context.Context, sess *Session) map[string]strin
 		if err != nil {
 			continue // deleted: no helper; its placeholder is refused anyway
 		}
-		for _, h := range rec.Hosts {
-			h = strings.TrimSuffix(h, ":443") // git's URL match: the default port is no port
-			k := strconv.Itoa(n)
-			vars["GIT_CONFIG_KEY_"+k] = "credential.https://" + h + ".helper"
-			vars["GIT_CONFIG_VALUE_"+k] = `!f() { test "$1" = get && printf 'username=x-access-token\npassword=%s\n' "$` + sec.Env + `"; }; f`
+		if helper := gitHelper(sec.Env, rec.Hosts); helper != "" {
+			vars["GIT_CONFIG_KEY_"+strconv.Itoa(n)] = "credential.helper"
+			vars["GIT_CONFIG_VALUE_"+strconv.Itoa(n)] = helper
 			n++
 		}
 	}
@@ -230,6 +228,27 @@ func (s *Service) secretEnv(ctx context.Context, sess *Session) map[string]strin
 	}
 	b, _ := json.Marshal(vars)
 	return map[string]string{agent.EnvEgressCA: string(s.cfg.Egress.CA.CertPEM()), agent.EnvEgressVars: string(b)}
+}
+
+// gitHelper is a git credential helper that answers x-access-token and the
+// placeholder in $env when git asks for one of hosts (port aside; "*.name" any depth
+// below, as the egress rules match), and nothing otherwise, so that git tries the
+// next. Hosts are egress entries (checked when written): names, wildcards and IPv4
+// addresses are safe in a shell case pattern; IPv6 ones are left out.
+func gitHelper(env string, hosts []string) string {
+	var pats []string
+	for _, h := range hosts {
+		if strings.HasPrefix(h, "[") {
+			continue
+		}
+		h, _, _ = strings.Cut(h, ":")
+		pats = append(pats, strings.ToLower(h))
+	}
+	if len(pats) == 0 {
+		return ""
+	}
+	return `!f() { test "$1" = get || exit 0; h=; while IFS='=' read -r k v; do test "$k" = host && h="$v"; done; ` +
+		`case "${h%:*}" in ` + strings.Join(pats, "|") + `) printf 'username=x-access-token\npassword=%s\n' "$` + env + `";; esac; }; f`
 }
 
 // egressSecrets are a session's secrets as the proxy applies them, read from the store
