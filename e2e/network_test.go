@@ -785,7 +785,7 @@ func TestNetworkTrueE2E(t *testing.T) {
 	}
 	c = connect(t, p.url+"/v1/sessions/"+decode[lifeView](t, r).ID+"/mcp", tok, "")
 	lines := probe(c)
-	if len(lines) != 2 || lines[0] != "proxy:" {
+	if len(lines) != 2 || strings.TrimSpace(lines[0]) != "proxy:" {
 		t.Errorf("network direct: %q, want no proxy", lines)
 	}
 	// On Docker the gateway is the host, where the listener answers anyone. A pod's

@@ -40,6 +40,7 @@ func anyFor(secs []Secret, host string, port int) bool {
 type refusal struct {
 	status int
 	reason string
+	secret string // the secret's name, when the placeholder is one of the session's
 }
 
 func (r *refusal) Error() string { return r.reason }
@@ -80,15 +81,15 @@ func inject(ctx context.Context, h http.Header, host string, port int, secs []Se
 			if !ok {
 				i := slices.IndexFunc(secs, func(x Secret) bool { return x.Placeholder == ph })
 				if i < 0 {
-					return "", &refusal{http.StatusForbidden, "egress: a secret placeholder that is not this session's may not be sent (" + envOf(ph) + ")"}
+					return "", &refusal{http.StatusForbidden, "egress: a secret placeholder that is not this session's may not be sent (" + envOf(ph) + ")", ""}
 				}
 				sec := secs[i]
 				if !sec.sendsTo(host, port) {
-					return "", &refusal{http.StatusForbidden, fmt.Sprintf("egress: secret %s (%s) may not be sent to %s", sec.Env, sec.Name, host)}
+					return "", &refusal{http.StatusForbidden, fmt.Sprintf("egress: secret %s (%s) may not be sent to %s", sec.Env, sec.Name, host), sec.Name}
 				}
 				val, err := sec.Value(ctx)
 				if err != nil {
-					return "", &refusal{http.StatusBadGateway, fmt.Sprintf("egress: secret %s (%s) can't be used, nothing was sent: %v", sec.Env, sec.Name, err)}
+					return "", &refusal{http.StatusBadGateway, fmt.Sprintf("egress: secret %s (%s) can't be used, nothing was sent: %v", sec.Env, sec.Name, err), sec.Name}
 				}
 				values[ph] = val
 				v = val
@@ -151,9 +152,17 @@ func injectRequest(ctx context.Context, req *http.Request, host string, port int
 		req.URL.User = nil
 	}
 	if strings.Contains(req.URL.String(), "cws-secret-") {
-		return nil, &refusal{http.StatusForbidden, "egress: a secret placeholder may be sent in a header or the URL's userinfo, not in the URL's path or query"}
+		return nil, &refusal{http.StatusForbidden, "egress: a secret placeholder may be sent in a header or the URL's userinfo, not in the URL's path or query", ""}
 	}
 	return inject(ctx, req.Header, host, port, secs)
+}
+
+// names is the refused secret's name as a Record's Secrets (none: an unknown one).
+func (r *refusal) names() []string {
+	if r.secret == "" {
+		return []string{""}
+	}
+	return []string{r.secret}
 }
 
 // asRefusal is err as a refusal; any other error is a 502.
@@ -162,5 +171,5 @@ func asRefusal(err error) *refusal {
 	if errors.As(err, &r) {
 		return r
 	}
-	return &refusal{http.StatusBadGateway, "egress: " + err.Error()}
+	return &refusal{http.StatusBadGateway, "egress: " + err.Error(), ""}
 }

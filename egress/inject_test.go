@@ -205,7 +205,10 @@ func TestInjectSecrets(t *testing.T) {
 			if up.count() != before || plain.count() != pbefore {
 				t.Error("a refused request reached an upstream")
 			}
-			rec.wait(t, "the refusal", func(r Record) bool { return r.Decision == "denied" && strings.Contains(r.Reason, tc.reason) })
+			r := rec.wait(t, "the refusal", func(r Record) bool { return r.Decision == "denied" && strings.Contains(r.Reason, tc.reason) })
+			if strings.Contains(tc.reason, "(gh)") && (len(r.Secrets) != 1 || r.Secrets[0] != "gh") {
+				t.Errorf("the refusal's record names secrets %q, want gh", r.Secrets)
+			}
 		})
 	}
 	t.Run("a value that can't be opened", func(t *testing.T) {

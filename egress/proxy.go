@@ -69,7 +69,8 @@ type Record struct {
 	BytesIn         int64  // from the remote end to the workspace
 	Took            time.Duration
 	// Secrets are the names of the secrets put into the connection's requests (or, when
-	// refused, the one that was refused), never a value.
+	// refused, the one that was refused: "" for a placeholder not of this session),
+	// never a value.
 	Secrets []string
 }
 
@@ -240,6 +241,7 @@ func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 			}
 			if err != nil {
 				rf := asRefusal(err)
+				rec.Secrets = rf.names()
 				p.deny(conn, rec, rf.status, rf.reason)
 				return
 			}

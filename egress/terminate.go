@@ -139,6 +139,7 @@ func (x *exchange) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if used, err = injectRequest(ctx, r, x.rec.Host, x.rec.Port, secs); err != nil {
 			rf := asRefusal(err)
+			rec.Secrets = rf.names()
 			fail(rf.status, rf.reason)
 			return
 		}

@@ -30,6 +30,13 @@ type NetObserver interface {
 	NetConn(tenant, direction, decision string, out, in int64)
 }
 
+// SecretObserver is what an Observer may implement to count the secrets the egress
+// proxy put into requests (outcome "injected") or refused to ("refused"; secret "" for
+// a placeholder not of the session).
+type SecretObserver interface {
+	SecretUse(tenant, secret, outcome string)
+}
+
 func netObserver(o Observer) NetObserver {
 	if n, ok := o.(NetObserver); ok {
 		return n
@@ -117,6 +124,15 @@ func (s *Service) egressRecord(r egress.Record) {
 	s.noteEgress(r.Tenant, r.Session, r.Decision == "allowed", r.BytesOut, r.BytesIn)
 	if n := netObserver(s.obs); n != nil {
 		n.NetConn(r.Tenant, "out", r.Decision, r.BytesOut, r.BytesIn)
+	}
+	if so, ok := s.obs.(SecretObserver); ok {
+		for _, name := range r.Secrets {
+			outcome := "injected"
+			if r.Decision != "allowed" {
+				outcome = "refused"
+			}
+			so.SecretUse(r.Tenant, name, outcome)
+		}
 	}
 	if r.Decision != "allowed" {
 		s.log.Info("egress refused", "tenant", r.Tenant, "session", r.Session, "target", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), "why", r.Reason)
