@@ -122,7 +122,7 @@ func privateGit(t *testing.T, cert tls.Certificate, password func() string, log 
 // Bearer header (Python's urllib) and git over HTTPS behind basic auth (clone and push,
 // with the credential helper cws sets) reach servers signed by a CA the test made —
 // which cws trusts through SSL_CERT_FILE — with the real values; a rotation applies to
-// the next request; a placeholder sent to another host is refused naming the secret;
+// the next request, of a running session and of a suspended one; a placeholder sent to another host is refused naming the secret;
 // and no value is found in the workspace's processes' environments, its files, the
 // audit stream or cws's log.
 func TestSecretsE2E(t *testing.T) {
@@ -203,6 +203,17 @@ except Exception as e:
 		t.Errorf("after a rotation: %q; the server got %q", out, apiSeen.all())
 	}
 
+	// Rotation while suspended: the woken session's next request carries the new value
+	// (its placeholder, in its sandbox's environment, is the same).
+	if r := p.post(t, admin, "/v1/sessions/"+id+"/suspend", nil); r.status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.status, r.body)
+	}
+	asleep := "api_ASLEEP_" + hex.EncodeToString(randBytes(8))
+	putSecret("api-token", asleep, "api.test")
+	if out := fmt.Sprint(run("python3", "-c", fetch, apiURL)["stdout"]); !strings.HasPrefix(out, "200") || !strings.Contains(apiSeen.all(), "Bearer "+asleep) {
+		t.Errorf("after a rotation while suspended: %q; the server got %q", out, apiSeen.all())
+	}
+
 	// Another host: refused, naming the secret and the host.
 	if out := fmt.Sprint(run("python3", "-c", fetch, fmt.Sprintf("http://other.test:%d/", plainPort))["stdout"]); !strings.HasPrefix(out, "403") ||
 		!strings.Contains(out, "secret API_TOKEN (api-token) may not be sent to other.test") {
@@ -225,7 +236,7 @@ except Exception as e:
 	}
 
 	// No value anywhere the workspace, the audit or the log can show.
-	for _, v := range []string{apiValue, newAPI, gitValue} {
+	for _, v := range []string{apiValue, newAPI, asleep, gitValue} {
 		grep := run("sh", "-c", `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c "$0"; grep -rc "$0" . /tmp 2>/dev/null | grep -v ':0$' | wc -l`, v)
 		if out := strings.Fields(fmt.Sprint(grep["stdout"])); len(out) != 2 || out[0] != "0" || out[1] != "0" {
 			t.Errorf("value %s found in the workspace: %v", v[:8], grep)
