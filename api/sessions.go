@@ -28,6 +28,12 @@ type SessionView struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Usage is the last sampled usage (GET …/usage), when there is one.
 	Usage *workspace.Usage `json:"usage,omitempty"`
+	// WakeError is why the last wake from its archive failed (the session stays
+	// archived with its archive untouched; the next call tries again).
+	WakeError   string    `json:"wakeError,omitempty"`
+	WakeErrorAt time.Time `json:"wakeErrorAt,omitzero"`
+	// Notes say what restoring its files had to change (names renamed).
+	Notes []string `json:"notes,omitempty"`
 	// Secrets are the secrets the session uses: variable → secret name (never a value).
 	Secrets map[string]string `json:"secrets,omitempty"`
 }
@@ -35,7 +41,8 @@ type SessionView struct {
 func (s *Server) view(sess *workspace.Session) SessionView {
 	v := SessionView{ID: sess.ID, Subject: sess.Subject, Image: sess.Image, State: sess.State, Labels: sess.Labels,
 		CreatedAt: sess.CreatedAt, LastUsed: sess.LastUsed, IdleUntil: sess.IdleUntil(), ExpiresAt: sess.ExpiresAt,
-		SuspendedAt: sess.SuspendedAt, MCPURL: s.cfg.PublicURL + "/v1/sessions/" + sess.ID + "/mcp"}
+		SuspendedAt: sess.SuspendedAt, MCPURL: s.cfg.PublicURL + "/v1/sessions/" + sess.ID + "/mcp",
+		WakeError: sess.WakeError, WakeErrorAt: sess.WakeErrorAt, Notes: sess.Notes}
 	if u, ok := s.cfg.Service.CachedUsage(sess.Tenant, sess.ID); ok {
 		v.Usage = &u
 	}

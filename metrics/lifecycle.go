@@ -17,6 +17,7 @@ type lifecycle struct {
 	snapshotBytes *prometheus.CounterVec
 	forkDuration  prometheus.Histogram
 	forked        prometheus.Counter
+	wakeFailures  *prometheus.CounterVec
 }
 
 // SessionStates are the states cws_sessions_by_state reports.
@@ -54,6 +55,10 @@ func newLifecycle(f promauto.Factory) lifecycle {
 			Namespace: namespace, Subsystem: "sessions", Name: "forked_total",
 			Help: "Sessions made by forks.",
 		}),
+		wakeFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "sessions", Name: "wake_failures_total",
+			Help: "Wakes that failed, by the state the session stays in (suspended, archived) and the stage: sandbox (made or started), store (the snapshot store did not answer), restore (the archive's files could not be written back).",
+		}, []string{"from", "stage"}),
 	}
 	for _, s := range SessionStates {
 		l.byState.WithLabelValues(s)
@@ -64,6 +69,9 @@ func newLifecycle(f promauto.Factory) lifecycle {
 	}
 	for _, f := range []string{"suspended", "archived"} {
 		l.wake.WithLabelValues(f)
+	}
+	for _, st := range []string{"sandbox", "store", "restore"} {
+		l.wakeFailures.WithLabelValues("archived", st)
 	}
 	for _, k := range []string{"snapshot", "archive"} {
 		for _, w := range []string{"taken", "stored"} {
@@ -120,4 +128,12 @@ func (m *Metrics) Forked(count int, d time.Duration) {
 	}
 	m.life.forkDuration.Observe(d.Seconds())
 	m.life.forked.Add(float64(count))
+}
+
+// WakeFailed counts a wake that failed, by the state the session stays in and the stage
+// that failed.
+func (m *Metrics) WakeFailed(from, stage string) {
+	if m != nil {
+		m.life.wakeFailures.WithLabelValues(from, stage).Inc()
+	}
 }

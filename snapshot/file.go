@@ -43,7 +43,7 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+	if err := b.mkdirs(filepath.Dir(p)); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
@@ -52,17 +52,54 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	}
 	tmp := f.Name()
 	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync() // durable before it is in place: an archive may be the only copy
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = os.Rename(tmp, p)
 	}
+	if err == nil {
+		err = syncDir(filepath.Dir(p))
+	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("snapshot store: put %s: %w", key, err)
 	}
 	return nil
+}
+
+// syncDir makes a directory's entries durable (a rename into it, a file made in it).
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mkdirs makes dir and its missing parents beneath the store, each made durable in
+// its parent.
+func (b *FileBackend) mkdirs(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if dir == b.dir || !strings.HasPrefix(dir, b.dir+string(filepath.Separator)) {
+		return os.MkdirAll(dir, 0o700)
+	}
+	if err := b.mkdirs(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
 }
 
 func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {

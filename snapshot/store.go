@@ -20,6 +20,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"unicode/utf8"
+
+	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 )
@@ -51,17 +54,60 @@ type Snapshot struct {
 	// SessionExpires is the session's hard end of life (archives: a session adopted
 	// from its archive keeps it).
 	SessionExpires time.Time `json:"sessionExpiresAt,omitzero"`
+	// Skipped lists what the capture left out (FIFOs, sockets, devices), and why.
+	Skipped []agent.TarSkip `json:"skipped,omitempty"`
 }
 
-// entry is one path of the workspace, in the order the tar had them.
+// ReadNotes is what a Read had to change to give a snapshot back: names that clash
+// because an older cws stored them without their bytes (not UTF-8), renamed.
+type ReadNotes struct {
+	Renamed []Rename `json:"renamed,omitempty"`
+}
+
+// Rename is one path a Read gave back under another name.
+type Rename struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// entry is one path of the workspace, in the order the tar had them. Names and link
+// targets are bytes: one that is not UTF-8 (which JSON can't carry) goes in PathB or
+// LinkB instead.
 type entry struct {
-	Path  string `json:"p"`
-	Type  byte   `json:"t"` // a tar typeflag: '0' file, '1' hard link, '2' symlink, '5' directory
-	Mode  int64  `json:"m"`
-	Size  int64  `json:"s,omitempty"`
-	Blob  string `json:"b,omitempty"` // sha256 of the contents (files)
-	Link  string `json:"l,omitempty"` // symlink target, or the earlier path of a hard link
-	MTime int64  `json:"t2,omitempty"`
+	Path  string            `json:"p"`
+	PathB []byte            `json:"pb,omitempty"`
+	Type  byte              `json:"t"` // a tar typeflag: '0' file, '1' hard link, '2' symlink, '5' directory
+	Mode  int64             `json:"m"`
+	Size  int64             `json:"s,omitempty"` // the contents' bytes (a sparse file's data)
+	Blob  string            `json:"b,omitempty"` // sha256 of the contents (files)
+	Link  string            `json:"l,omitempty"` // symlink target, or the earlier path of a hard link
+	LinkB []byte            `json:"lb,omitempty"`
+	MTime int64             `json:"t2,omitempty"`
+	PAX   map[string]string `json:"x,omitempty"` // cws's PAX records (agent.TarSparse)
+}
+
+// packNames moves names that are not UTF-8 into their byte fields, for JSON.
+func packNames(es []entry) {
+	for i := range es {
+		if !utf8.ValidString(es[i].Path) {
+			es[i].PathB, es[i].Path = []byte(es[i].Path), ""
+		}
+		if !utf8.ValidString(es[i].Link) {
+			es[i].LinkB, es[i].Link = []byte(es[i].Link), ""
+		}
+	}
+}
+
+// unpackNames undoes packNames.
+func unpackNames(es []entry) {
+	for i := range es {
+		if es[i].PathB != nil {
+			es[i].Path, es[i].PathB = string(es[i].PathB), nil
+		}
+		if es[i].LinkB != nil {
+			es[i].Link, es[i].LinkB = string(es[i].LinkB), nil
+		}
+	}
 }
 
 // ErrBadRecord is a snapshot record that can't be read (torn, or not cws's).
@@ -72,17 +118,24 @@ var ErrTooLarge = errors.New("snapshot too large")
 
 // Store keeps snapshots in a Backend.
 type Store struct {
-	b       Backend
-	workers int
-	enc     *zstd.Encoder
-	dec     *zstd.Decoder
+	b         Backend
+	workers   int
+	enc       *zstd.Encoder
+	dec       *zstd.Decoder
+	fencePoll time.Duration // how often a Write waiting for a collection looks again
+	// beforeDelete, if set, runs before each blob a collection deletes (tests).
+	beforeDelete func(key string)
 }
 
-// NewStore returns the store over b.
+// NewStore returns the store over b. Every operation on b fails once it makes no
+// progress for DefaultStall (WithStallTimeout).
 func NewStore(b Backend) *Store {
+	if _, ok := b.(*stallBackend); !ok {
+		b = WithStallTimeout(b, 0)
+	}
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(4))
-	return &Store{b: b, workers: 8, enc: enc, dec: dec}
+	return &Store{b: b, workers: 8, enc: enc, dec: dec, fencePoll: 250 * time.Millisecond}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -125,6 +178,11 @@ func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	if !ValidID(meta.ID) || meta.Tenant == "" {
 		return nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
 	}
+	release, err := s.lease(ctx, meta.Tenant, meta.ID)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: announce the write: %w", err)
+	}
+	defer release()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.workers)
 	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}}
@@ -141,7 +199,36 @@ func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	for i, sum := range w.sums {
 		w.entries[i].Blob = sum
 	}
-	return s.finish(ctx, meta, w.entries, w.stored.Load())
+	snap, err := s.finish(ctx, meta, w.entries, w.stored.Load())
+	if err != nil {
+		return nil, err
+	}
+	// Read it back: a snapshot that is the only copy (an archive) must be proven
+	// readable before anything of the workspace is removed.
+	if err := s.verify(ctx, snap, len(w.entries)); err != nil {
+		_ = s.Delete(context.WithoutCancel(ctx), meta.Tenant, meta.ID)
+		return nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
+	}
+	return snap, nil
+}
+
+// verify reads a snapshot's record and entries back from the store.
+func (s *Store) verify(ctx context.Context, want *Snapshot, entries int) error {
+	got, err := s.Get(ctx, want.Tenant, want.ID)
+	if err != nil {
+		return err
+	}
+	if got.Files != want.Files || got.Bytes != want.Bytes || got.Kind != want.Kind {
+		return fmt.Errorf("%w: the record read back differs from the one written", ErrBadRecord)
+	}
+	es, err := s.entries(ctx, want.Tenant, want.ID)
+	if err != nil {
+		return err
+	}
+	if len(es) != entries {
+		return fmt.Errorf("%w: %d entries read back, %d written", ErrBadRecord, len(es), entries)
+	}
+	return nil
 }
 
 // writing is one Write under way.
@@ -192,7 +279,26 @@ func (w *writing) read(r io.Reader) error {
 		if w.ctx.Err() != nil {
 			return nil // g.Wait says why
 		}
+		if h.Typeflag == tar.TypeXGlobalHeader {
+			if raw, ok := h.PAXRecords[agent.TarSkipped]; ok {
+				if err := json.Unmarshal([]byte(raw), &w.meta.Skipped); err != nil {
+					return fmt.Errorf("snapshot: read the workspace: bad list of skipped entries: %w", err)
+				}
+			}
+			continue
+		}
+		if len(w.entries) >= agent.MaxTarEntries {
+			return fmt.Errorf("%w: the workspace holds more than %d entries", ErrTooLarge, agent.MaxTarEntries)
+		}
 		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
+		for k, v := range h.PAXRecords {
+			if strings.HasPrefix(k, "CWS.") {
+				if e.PAX == nil {
+					e.PAX = map[string]string{}
+				}
+				e.PAX[k] = v
+			}
+		}
 		switch h.Typeflag {
 		case tar.TypeDir:
 		case tar.TypeSymlink, tar.TypeLink:
@@ -251,6 +357,7 @@ func (w *writing) read(r io.Reader) error {
 
 // finish writes a snapshot's entries, then its record.
 func (s *Store) finish(ctx context.Context, meta Snapshot, entries []entry, stored int64) (*Snapshot, error) {
+	packNames(entries)
 	list, err := json.Marshal(entries)
 	if err != nil {
 		return nil, err
@@ -454,22 +561,59 @@ func (s *Store) entries(ctx context.Context, tenant, id string) ([]entry, error)
 	if err := json.Unmarshal(raw, &es); err != nil {
 		return nil, fmt.Errorf("snapshot %s: bad entries: %w", id, err)
 	}
+	unpackNames(es)
 	return es, nil
 }
 
 // prefetch is how many files Read fetches ahead of the one it writes.
 const prefetch = 16
 
-// Read writes a tenant's snapshot id to w as a tar stream, in the order it was taken.
-// Small files are fetched ahead, several at a time; large ones stream in turn.
-func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) error {
+// Read writes a tenant's snapshot id to w as a tar stream, in the order it was taken,
+// as an exact archive (agent.TarInArgs.Exact restores it). Small files are fetched
+// ahead, several at a time; large ones stream in turn. Names that an older cws stored
+// without their bytes and that so clash are renamed, and the notes say so.
+func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) (ReadNotes, error) {
+	var notes ReadNotes
 	if _, err := s.Get(ctx, tenant, id); err != nil {
-		return err
+		return notes, err
 	}
 	es, err := s.entries(ctx, tenant, id)
 	if err != nil {
-		return err
+		return notes, err
 	}
+	notes.Renamed = renameClashes(es)
+	return notes, s.read(ctx, tenant, id, es, w)
+}
+
+// renameClashes renames the entries whose path an earlier entry has (a file and a
+// directory implied by a later entry don't clash: a directory may be listed once).
+// Only a record of an older cws, which stored names as UTF-8 and so replaced what was
+// not, can hold them.
+func renameClashes(es []entry) []Rename {
+	seen := make(map[string]byte, len(es))
+	var out []Rename
+	for i := range es {
+		p := strings.TrimSuffix(es[i].Path, "/")
+		if _, dup := seen[p]; dup {
+			for n := 2; ; n++ {
+				q := fmt.Sprintf("%s (%d)", p, n)
+				if _, taken := seen[q]; !taken {
+					out = append(out, Rename{From: es[i].Path, To: q})
+					if es[i].Type == tar.TypeDir {
+						q += "/"
+					}
+					es[i].Path = q
+					p = strings.TrimSuffix(q, "/")
+					break
+				}
+			}
+		}
+		seen[p] = es[i].Type
+	}
+	return out
+}
+
+func (s *Store) read(ctx context.Context, tenant, id string, es []entry, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type fetched struct {
@@ -504,7 +648,7 @@ func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		h := &tar.Header{Name: e.Path, Typeflag: e.Type, Mode: e.Mode, Size: e.Size, Linkname: e.Link, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
+		h := &tar.Header{Name: e.Path, Typeflag: e.Type, Mode: e.Mode, Size: e.Size, Linkname: e.Link, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX, PAXRecords: e.PAX}
 		if e.Type != tar.TypeReg {
 			h.Size = 0
 		}
@@ -562,11 +706,20 @@ func (s *Store) streamBlob(ctx context.Context, tenant, sum string, w io.Writer)
 	return err
 }
 
-// Collect removes the tenant's blobs that no snapshot references and that were not
-// written or touched within grace (a snapshot being written meanwhile touches or
-// writes every blob it uses before its record appears). It returns how many it
-// removed and their bytes.
+// Collect removes the tenant's blobs that no snapshot references. It is fenced against
+// Writes (see fence.go): while any Write of the tenant is under way it collects
+// nothing, and a Write that starts meanwhile waits for it. A record or an entries list
+// it can't read stops it: their blobs might be in use. Blobs written or touched within
+// grace are kept as well. It returns how many blobs it removed and their bytes.
 func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration) (n int, bytes int64, err error) {
+	ok, refresh, end, err := s.fence(ctx, tenant)
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot store: fence the collection: %w", err)
+	}
+	defer end()
+	if !ok {
+		return 0, 0, nil // a Write is under way: next time
+	}
 	cutoff := time.Now().Add(-grace)
 	var old []Object
 	if err := s.b.List(ctx, tenant+"/blobs/", func(o Object) error {
@@ -581,17 +734,27 @@ func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration)
 		return 0, 0, nil
 	}
 	used := map[string]bool{}
-	all, err := s.List(ctx, tenant)
-	if err != nil {
+	var ids []string
+	if err := s.b.List(ctx, tenant+"/meta/", func(o Object) error {
+		if id, ok := strings.CutSuffix(path.Base(o.Key), ".json"); ok && ValidID(id) {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
 		return 0, 0, err
 	}
-	for _, m := range all {
-		es, err := s.entries(ctx, tenant, m.ID)
+	for _, id := range ids {
+		if _, err := s.Get(ctx, tenant, id); errors.Is(err, ErrNotFound) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return 0, 0, fmt.Errorf("snapshot store: collection of %s stopped: record %s can't be read: %w", tenant, id, err)
+		}
+		es, err := s.entries(ctx, tenant, id)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("snapshot store: collection of %s stopped: entries of %s can't be read: %w", tenant, id, err)
 		}
 		for _, e := range es {
 			if e.Blob != "" {
@@ -599,20 +762,15 @@ func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration)
 			}
 		}
 	}
-	// A Write that began after the first listing touches (or writes) every blob it
-	// uses before its record appears: list again, and spare whatever was touched.
-	touched := map[string]bool{}
-	if err := s.b.List(ctx, tenant+"/blobs/", func(o Object) error {
-		if !o.Modified.Before(cutoff) {
-			touched[o.Key] = true
-		}
-		return nil
-	}); err != nil {
-		return 0, 0, err
-	}
 	for _, o := range old {
-		if used[path.Base(o.Key)] || touched[o.Key] {
+		if used[path.Base(o.Key)] {
 			continue
+		}
+		if err := refresh(); err != nil {
+			return n, bytes, err
+		}
+		if s.beforeDelete != nil {
+			s.beforeDelete(o.Key)
 		}
 		if err := s.b.Delete(ctx, o.Key); err != nil {
 			return n, bytes, err

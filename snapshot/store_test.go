@@ -178,7 +178,7 @@ func TestStore(t *testing.T) {
 			t.Errorf("first: files %d bytes %d", first.Files, first.Bytes)
 		}
 		var out bytes.Buffer
-		if err := s.Read(ctx, "acme", first.ID, &out); err != nil {
+		if _, err := s.Read(ctx, "acme", first.ID, &out); err != nil {
 			t.Fatal(err)
 		}
 		gotNames, gotFiles := untar(t, &out)
@@ -207,7 +207,7 @@ func TestStore(t *testing.T) {
 		if _, err := s.Get(ctx, "globex", first.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("another tenant's Get: %v, want ErrNotFound", err)
 		}
-		if err := s.Read(ctx, "globex", first.ID, io.Discard); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Read(ctx, "globex", first.ID, io.Discard); !errors.Is(err, ErrNotFound) {
 			t.Errorf("another tenant's Read: %v, want ErrNotFound", err)
 		}
 		if err := s.Delete(ctx, "globex", first.ID); !errors.Is(err, ErrNotFound) {
@@ -265,7 +265,7 @@ func TestStore(t *testing.T) {
 			t.Errorf("Collect = %d blobs (%d bytes), %v; want only-third's", n, freed, err)
 		}
 		out.Reset()
-		if err := s.Read(ctx, "acme", second.ID, &out); err != nil {
+		if _, err := s.Read(ctx, "acme", second.ID, &out); err != nil {
 			t.Fatal(err)
 		}
 		if _, gotFiles := untar(t, &out); !maps.Equal(gotFiles, files) {

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cwsdev/cws/auth"
@@ -68,6 +69,9 @@ type LifecycleObserver interface {
 	Forked(count int, d time.Duration)
 	// SessionsByState reports how many sessions the store holds in each state.
 	SessionsByState(counts map[string]int)
+	// WakeFailed counts a wake that failed: the state the session stays in, and the
+	// stage (sandbox, store, restore).
+	WakeFailed(from, stage string)
 }
 
 func lifecycle(o Observer) LifecycleObserver {
@@ -83,6 +87,7 @@ func (nopObserver) Woke(string, time.Duration)           {}
 func (nopObserver) SnapshotWritten(string, int64, int64) {}
 func (nopObserver) Forked(int, time.Duration)            {}
 func (nopObserver) SessionsByState(map[string]int)       {}
+func (nopObserver) WakeFailed(string, string)            {}
 
 // Suspend suspends caller's session id now (reason "explicit") and returns it. A
 // suspended or archived session is returned as it is.
@@ -114,22 +119,82 @@ func (s *Service) Resume(ctx context.Context, caller Caller, id string) (*Sessio
 
 // underClaim runs fn on the session as the store has it now, with the session's wake
 // claim held: no wake, suspend or archive of it runs anywhere meanwhile. ran is false,
-// and fn not run, when another replica holds the claim.
-func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(cur *Session) error) (ran bool, err error) {
+// and fn not run, when another replica holds the claim. The claim is renewed while fn
+// runs (an archive of a large workspace may take longer than its TTL); fn's ctx
+// carries it, so that a step that destroys a copy can first make sure it still holds
+// it (claimHeld).
+func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(ctx context.Context, cur *Session) error) (ran bool, err error) {
 	token := "op-" + newID()
-	_, claimed, err := s.cfg.Store.Claim(ctx, wakeKey(tenant, id), token, s.wakeTimeout())
+	key := wakeKey(tenant, id)
+	_, claimed, err := s.cfg.Store.Claim(ctx, key, token, s.wakeTimeout())
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if !claimed {
 		return false, nil
 	}
-	defer s.cfg.Store.Release(context.WithoutCancel(ctx), wakeKey(tenant, id), token)
+	defer s.cfg.Store.Release(context.WithoutCancel(ctx), key, token)
+	h := &claimHold{key: key, token: token, ttl: s.wakeTimeout(), store: s.cfg.Store}
+	ctx = context.WithValue(ctx, claimHoldKey{}, h)
+	stop := h.keep(ctx)
+	defer stop()
 	cur, err := s.cfg.Store.GetSession(ctx, tenant, id)
 	if err != nil {
 		return true, err
 	}
-	return true, fn(cur)
+	return true, fn(ctx, cur)
+}
+
+// claimHold is a session claim underClaim holds and renews.
+type claimHold struct {
+	key, token string
+	ttl        time.Duration
+	store      Store
+	lost       atomic.Bool
+}
+
+type claimHoldKey struct{}
+
+// keep renews the claim every third of its TTL until the returned func is called.
+func (h *claimHold) keep(ctx context.Context) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(h.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, ok, err := h.store.Claim(context.WithoutCancel(ctx), h.key, h.token, h.ttl); err == nil && !ok {
+					h.lost.Store(true)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// claimHeld reports whether the claim underClaim put in ctx is still this holder's
+// (renewing it); a ctx without one holds nothing to lose.
+func claimHeld(ctx context.Context) error {
+	h, ok := ctx.Value(claimHoldKey{}).(*claimHold)
+	if !ok {
+		return nil
+	}
+	if h.lost.Load() {
+		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+	}
+	_, ok, err := h.store.Claim(ctx, h.key, h.token, h.ttl)
+	if err != nil {
+		return fmt.Errorf("%w: renew the session's claim: %v", ErrUnavailable, err)
+	}
+	if !ok {
+		h.lost.Store(true)
+		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+	}
+	return nil
 }
 
 // suspend moves a ready session to suspended (or, when its sandbox keeps no disk,
@@ -137,7 +202,7 @@ func (s *Service) underClaim(ctx context.Context, tenant, id string, fn func(cur
 // idle suspend of a session used since sess was read does nothing.
 func (s *Service) suspend(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	out := sess
-	ran, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+	ran, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 		out = cur
 		if reason == "idle" && (cur.State != StateReady || cur.LastUsed.After(sess.LastUsed)) {
 			return nil // used, or moved, since the reaper looked
@@ -204,16 +269,27 @@ func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
 		defer cancel()
 		return s.wakeOnce(wctx, sess.Tenant, sess.ID)
 	})
+	wait := time.NewTimer(wakeWait)
+	defer wait.Stop()
 	select {
 	case r := <-ch:
 		if r.Err != nil {
 			return nil, r.Err
 		}
 		return r.Val.(*Session), nil
+	case <-wait.C:
+		// The wake goes on; the caller hears soon that it may retry, and its retry
+		// joins the same wake.
+		return nil, fmt.Errorf("%w: session %s is still waking (%s, and counting): retry shortly", ErrUnavailable, sess.ID, wakeWait)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
+
+// wakeWait is how long a call waits for its session's wake before it answers a
+// retryable error (the wake goes on). A store or an engine that hangs never holds a
+// call for longer.
+var wakeWait = 25 * time.Second
 
 func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
 
@@ -401,27 +477,56 @@ func (s *Service) suspendAfter(id string, tenant time.Duration) time.Duration {
 // error: a read of the snapshot that fails half-way (the store down, a blob missing)
 // fails the restore even though the agent may have taken the part it got as a
 // complete archive.
-func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Client) error {
+func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Client) ([]string, error) {
 	pr, pw := io.Pipe()
-	readErr := make(chan error, 1)
+	type read struct {
+		notes snapshot.ReadNotes
+		err   error
+	}
+	done := make(chan read, 1)
 	go func() {
-		err := s.cfg.Snapshots.Read(ctx, tenant, id, pw)
+		notes, err := s.cfg.Snapshots.Read(ctx, tenant, id, pw)
 		pw.CloseWithError(err)
-		readErr <- err
+		done <- read{notes, err}
 	}()
 	g := wholeTree
-	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, pr)
+	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, pr)
 	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
-	if rerr := <-readErr; rerr != nil {
-		if errors.Is(rerr, snapshot.ErrNotFound) {
-			return fmt.Errorf("restore snapshot %s: %w", id, rerr)
+	r := <-done
+	if r.err != nil {
+		if errors.Is(r.err, snapshot.ErrNotFound) {
+			return nil, fmt.Errorf("restore snapshot %s: %w", id, r.err)
 		}
-		return fmt.Errorf("%w: restore snapshot %s: read the snapshot store: %v", ErrUnavailable, id, rerr)
+		return nil, fmt.Errorf("%w: restore snapshot %s: %w: %v", ErrUnavailable, id, errStoreRead, r.err)
 	}
 	if err != nil {
-		return fmt.Errorf("restore snapshot %s: %w", id, mapAgentError(err))
+		kind := ErrUnavailable // what may pass: a sandbox that went away, a full disk freed
+		if errors.Is(mapAgentError(err), ErrTooLarge) {
+			kind = ErrTooLarge
+		}
+		return nil, fmt.Errorf("%w: restore snapshot %s: its files could not be written back: %v", kind, id, restoreError(err))
 	}
-	return nil
+	var notes []string
+	for _, rn := range r.notes.Renamed {
+		notes = append(notes, fmt.Sprintf("%q was restored as %q: an older cws stored its name without the bytes that are not UTF-8, and another name became the same", rn.From, rn.To))
+	}
+	return notes, nil
+}
+
+// errStoreRead marks a restore that failed reading the snapshot store.
+var errStoreRead = errors.New("read the snapshot store")
+
+// restoreError words an agent's refusal of a snapshot's tree as what it is: the
+// snapshot's contents could not be written back, not a policy's refusal.
+func restoreError(err error) string {
+	var we *agent.WireError
+	if errors.As(err, &we) {
+		if we.Path != "" {
+			return fmt.Sprintf("%s: %s", we.Path, we.Message)
+		}
+		return we.Message
+	}
+	return err.Error()
 }
 
 // capture writes the whole workspace of a ready session into the snapshot store as
@@ -446,7 +551,7 @@ func (s *Service) captureQuiet(ctx context.Context, sess *Session, meta snapshot
 	pr, pw := io.Pipe()
 	go func() {
 		g := wholeTree
-		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g}, pw)
+		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true}, pw)
 		pw.CloseWithError(mapAgentError(err))
 	}()
 	meta.Tenant, meta.Session, meta.Subject, meta.Image = sess.Tenant, sess.ID, sess.Subject, sess.Image
@@ -497,7 +602,7 @@ var errNoSnapshotStore = fmt.Errorf("%w: this server has no snapshot store (cws 
 // was read.
 func (s *Service) archive(ctx context.Context, sess *Session, reason string) (*Session, error) {
 	out := sess
-	_, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+	_, err := s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 		out = cur
 		if cur.State != sess.State || !cur.SuspendedAt.Equal(sess.SuspendedAt) || cur.Sandbox != sess.Sandbox {
 			return nil // woken, or archived, since the reaper looked
@@ -543,7 +648,14 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	if sess.SuspendedAt.IsZero() {
 		next.SuspendedAt = s.cfg.Now().UTC()
 	}
-	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+	// The archive is durable and read back (Snapshots.Write). Its volume goes only if
+	// this replica still holds the session: a capture that outlived its claim lets the
+	// session be woken elsewhere, and the volume is then the live copy.
+	err = claimHeld(ctx)
+	if err == nil {
+		err = s.cfg.Store.UpdateSession(ctx, &next)
+	}
+	if err != nil {
 		_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
 		if sess.State == StateSuspended {
 			s.stopQuietly(ctx, sess)
@@ -596,6 +708,26 @@ func (s *Service) stopQuietly(ctx context.Context, sess *Session) {
 	}
 }
 
+// wakeFailed records why a wake from an archive failed on the session (its view shows
+// it: cws sessions get), counts it, and returns err. The session stays archived with
+// its archive as it was; the next call tries again.
+func (s *Service) wakeFailed(ctx context.Context, sess *Session, stage string, err error) error {
+	lifecycle(s.obs).WakeFailed(StateArchived, stage)
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur, gerr := s.cfg.Store.GetSession(ctx, sess.Tenant, sess.ID)
+	if gerr == nil && cur.State == StateArchived && cur.Archive == sess.Archive {
+		cur.WakeError, cur.WakeErrorAt = err.Error(), s.cfg.Now().UTC()
+		if uerr := s.cfg.Store.UpdateSession(ctx, cur); uerr != nil {
+			s.log.Warn("wake: record why it failed", "session", sess.ID, "err", uerr)
+		}
+	}
+	return err
+}
+
 // wakeArchived makes a new sandbox for an archived session (from the warm pool when one
 // fits) and restores its archive into it.
 func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, error) {
@@ -616,29 +748,39 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		info, err = s.cfg.Sandboxes.Create(ctx, spec)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
+		return nil, s.wakeFailed(ctx, sess, "sandbox", fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err))
 	}
-	drop := func(cause error) error {
+	drop := func(stage string, cause error) error {
 		s.endAgent(info.ID)
 		_ = s.cfg.Sandboxes.Remove(context.WithoutCancel(ctx), info.ID)
-		return cause
+		return s.wakeFailed(ctx, sess, stage, cause)
 	}
 	if err := s.waitReady(ctx, info.ID); err != nil {
-		return nil, drop(err)
+		return nil, drop("sandbox", err)
 	}
 	t1 := time.Now()
-	if err := s.restore(ctx, sess.Tenant, sess.Archive, s.agentFor(info.ID)); err != nil {
+	notes, err := s.restore(ctx, sess.Tenant, sess.Archive, s.agentFor(info.ID))
+	if err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
-			return nil, drop(fmt.Errorf("session %s: %w: its archive %s is gone from the snapshot store", sess.ID, ErrSessionLost, sess.Archive))
+			return nil, drop("store", fmt.Errorf("session %s: %w: its archive %s is gone from the snapshot store", sess.ID, ErrSessionLost, sess.Archive))
 		}
-		return nil, drop(fmt.Errorf("%w: %v", ErrUnavailable, err))
+		stage := "restore"
+		if errors.Is(err, errStoreRead) {
+			stage = "store"
+		}
+		return nil, drop(stage, fmt.Errorf("wake session %s from its archive %s (it stays archived, the archive untouched; the next call tries again): %w", sess.ID, sess.Archive, err))
 	}
 	s.log.Info("archive restored", "session", sess.ID, "archive", sess.Archive, "sandbox", info.ID,
 		"sandbox_ready", t1.Sub(t0).Round(time.Millisecond), "restore", time.Since(t1).Round(time.Millisecond))
 	next := *sess
 	next.State, next.Sandbox, next.Archive, next.SuspendedAt, next.LastUsed = StateReady, info.ID, "", time.Time{}, s.cfg.Now().UTC()
+	next.WakeError, next.WakeErrorAt, next.Notes = "", time.Time{}, notes
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
-		return nil, drop(fmt.Errorf("%w: %v", ErrUnavailable, err))
+		if errors.Is(err, ErrNotFound) {
+			// Deleted while it woke: the delete wins, and the sandbox made for it goes.
+			return nil, drop("sandbox", fmt.Errorf("session %s: %w", sess.ID, ErrNotFound))
+		}
+		return nil, drop("store", fmt.Errorf("%w: %v", ErrUnavailable, err))
 	}
 	if err := s.cfg.Snapshots.Delete(ctx, sess.Tenant, sess.Archive); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 		s.log.Warn("wake: delete the archive (the reconciler will)", "session", sess.ID, "archive", sess.Archive, "err", err)

@@ -86,7 +86,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			// A sandbox left by an archive or a wake that crashed half-way. A wake under
 			// way holds the session's claim; one that ended since the listing made the
 			// session ready on this very sandbox: both are left alone.
-			_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+			_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 				if cur.State == StateArchived && cur.Sandbox != b.ID {
 					s.removeOrphan(ctx, b, "its session is archived")
 				}
@@ -96,7 +96,7 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			if b.Running && now.Sub(sess.SuspendedAt) > lostAfter {
 				// A suspend that crashed after its record: finish it, unless the session
 				// woke since the listing.
-				_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(cur *Session) error {
+				_, _ = s.underClaim(ctx, sess.Tenant, sess.ID, func(ctx context.Context, cur *Session) error {
 					if cur.State == StateSuspended && cur.Sandbox == b.ID {
 						s.stopQuietly(ctx, cur)
 						s.log.Info("stopped the sandbox of a suspended session", "session", sess.ID, "sandbox", b.ID)

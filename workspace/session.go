@@ -34,6 +34,14 @@ type Session struct {
 	SuspendedAt time.Time `json:"suspendedAt,omitzero"` // when it left ready, suspended or archived
 	Archive     string    `json:"archive,omitempty"`    // its archive snapshot, when archived
 
+	// WakeError is why the last wake from its archive failed (the session stays
+	// archived, its archive untouched, and the next call tries again); cleared by a wake.
+	WakeError   string    `json:"wakeError,omitempty"`
+	WakeErrorAt time.Time `json:"wakeErrorAt,omitzero"`
+	// Notes say what a restore into this session had to change (names an older cws
+	// stored without their bytes, renamed where they clashed).
+	Notes []string `json:"notes,omitempty"`
+
 	// Secrets are the tenant's secrets the session asked for at create: the workspace
 	// sees only each one's placeholder, in its variable (secrets.go).
 	Secrets []SessionSecret `json:"secrets,omitempty"`

@@ -365,6 +365,16 @@ func (s *Service) remove(ctx context.Context, sess *Session) error {
 	}
 	// A stray archive of it (an archive or a wake cut short) must never bring it back.
 	_, _, _ = s.cfg.Store.Claim(ctx, tombstoneKey(sess.Tenant, sess.ID), "deleted", tombstoneTTL)
+	if sess.Asleep() {
+		// A wake that raced this delete may have made a sandbox for it since sess was
+		// read: the delete wins, and that sandbox goes too.
+		if boxes, err := s.cfg.Sandboxes.List(ctx, map[string]string{sandbox.LabelSession: sess.ID, sandbox.LabelTenant: sess.Tenant}); err == nil {
+			for _, b := range boxes {
+				s.endAgent(b.ID)
+				_ = s.cfg.Sandboxes.Remove(ctx, b.ID)
+			}
+		}
+	}
 	_ = s.cfg.Store.Release(ctx, defaultKey(sess.Tenant, sess.Subject), sess.ID)
 	s.mu.Lock()
 	delete(s.policies, sess.ID)

@@ -174,7 +174,31 @@ func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) 
 
 // restoreSnapshot fills a new session's workspace from one of its tenant's snapshots.
 func (s *Service) restoreSnapshot(ctx context.Context, sess *Session, id string) error {
-	return s.restore(ctx, sess.Tenant, id, s.agentFor(sess.Sandbox))
+	notes, err := s.restore(ctx, sess.Tenant, id, s.agentFor(sess.Sandbox))
+	sess.Notes = notes
+	return err
+}
+
+// maxForkSpool bounds what a fork spools on cws's host: the workspace's data, as the
+// exact capture sends it (a sparse file's holes cost nothing).
+const maxForkSpool = maxUpload
+
+// boundedWriter writes up to max bytes to w, then fails.
+type boundedWriter struct {
+	w    io.Writer
+	max  int64
+	n    int64
+	over bool
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if b.n+int64(len(p)) > b.max {
+		b.over = true
+		return 0, errors.New("fork spool full")
+	}
+	n, err := b.w.Write(p)
+	b.n += int64(n)
+	return n, err
 }
 
 // MaxFork is the most sessions one fork makes.
@@ -212,8 +236,13 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 	defer f.Close()
 	unlock := s.quiesce(src.ID)
 	g := wholeTree
-	_, err = s.agentFor(src.Sandbox).TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g}, f)
+	spool := &boundedWriter{w: f, max: maxForkSpool}
+	_, err = s.agentFor(src.Sandbox).TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true}, spool)
 	unlock()
+	if spool.over {
+		return nil, &policy.Violation{Err: ErrTooLarge, Rule: "forkSize",
+			Detail: fmt.Sprintf("fork %s: the workspace holds more than %d bytes of file data, more than a fork spools on cws's host: snapshot it and create sessions from the snapshot instead", id, int64(maxForkSpool))}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: read its workspace: %w", id, mapAgentError(err))
 	}
@@ -225,8 +254,11 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 				restore: func(ctx context.Context, sess *Session) error {
 					a := s.agentFor(sess.Sandbox)
 					g := wholeTree
-					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g}, io.NewSectionReader(f, 0, 1<<62))
-					return mapAgentError(err)
+					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, io.NewSectionReader(f, 0, 1<<62))
+					if err != nil {
+						return fmt.Errorf("%w: its files could not be written back: %v", ErrUnavailable, restoreError(err))
+					}
+					return nil
 				}})
 			res.Sessions[i], res.Errors[i] = sess, err
 		})
@@ -328,9 +360,18 @@ func (s *Service) reconcileArchives(ctx context.Context, known map[string]*Sessi
 				// An archive its session no longer points at (a wake finished, an
 				// archive failed half-way): removed once no archive or wake can be
 				// under way with it.
+				// The listing of sessions is older than the listing of archives: an archive
+				// that finished meanwhile is its session's only copy. Judge again from the
+				// session as it is now, under its claim (no archive or wake under way).
 				if now.Sub(a.CreatedAt) >= staleArchive {
-					_ = s.cfg.Snapshots.Delete(ctx, tenant, a.ID)
-					s.log.Info("removed a stale archive", "archive", a.ID, "session", a.Session, "tenant", tenant)
+					_, _ = s.underClaim(ctx, tenant, a.Session, func(ctx context.Context, cur *Session) error {
+						if cur.State == StateArchived && cur.Archive == a.ID {
+							return nil
+						}
+						_ = s.cfg.Snapshots.Delete(ctx, tenant, a.ID)
+						s.log.Info("removed a stale archive", "archive", a.ID, "session", a.Session, "tenant", tenant)
+						return nil
+					})
 				}
 			case ts == tombstoneSet:
 				_ = s.cfg.Snapshots.Delete(ctx, tenant, a.ID)

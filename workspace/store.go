@@ -34,8 +34,11 @@ type Store interface {
 	// is ErrNotFound. DeleteSession deletes the session's state with it.
 	PutState(ctx context.Context, tenant, id, key string, value []byte) error
 
-	// Claim sets key to value unless it is set; it returns the value in force and whether
-	// this call set it. Idempotency keys and default sessions use it. ttl 0 means no expiry.
+	// Claim sets key to value unless it is set to another value; it returns the value in
+	// force and whether this call set it. A Claim of the value already in force renews
+	// it (its TTL starts again) and reports it claimed: a holder keeps a long claim
+	// alive, and learns when it lost it. Idempotency keys, default sessions and wakes
+	// use it. ttl 0 means no expiry.
 	Claim(ctx context.Context, key, value string, ttl time.Duration) (current string, claimed bool, err error)
 	// Release deletes key if it still holds value.
 	Release(ctx context.Context, key, value string) error

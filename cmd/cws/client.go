@@ -188,6 +188,9 @@ func (e *apiError) hint() string {
 	case "rate_limited":
 		return "the tenant's rate limit was hit: wait a moment and retry, or raise rate in the tenant's policy"
 	case "policy_violation", "path_traversal", "command_not_allowed", "too_large":
+		if strings.Contains(e.Detail.Message, "could not be written back") {
+			return "the new workspace has no room for the snapshot's files: raise the tenant's disk limit (limits.diskMB)"
+		}
 		if e.Detail.Rule == "frameSize" || e.Detail.Rule == "gitOutput" { // a size limit of cws, not of the policy
 			return "ask for less: a narrower path, fewer results; retrying the same call fails the same way"
 		}
@@ -204,6 +207,9 @@ func (e *apiError) hint() string {
 		}
 		return "see the tool's arguments in /openapi.json or with an MCP client's tools/list"
 	case "unavailable":
+		if strings.Contains(e.Detail.Message, "could not be written back") || strings.Contains(e.Detail.Message, "from its archive") {
+			return "the session's files could not be restored this time; `cws sessions get ID` shows why, and the next call tries again"
+		}
 		return "retry shortly; `cws doctor` checks Docker and Redis"
 	case "timeout":
 		return "the call ran past its deadline: ask for less, or raise the timeout option"

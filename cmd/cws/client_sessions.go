@@ -242,6 +242,17 @@ func describeSession(w io.Writer, v api.SessionView, now time.Time) error {
 	if !v.SuspendedAt.IsZero() {
 		fmt.Fprintf(tw, "Asleep since:\t%s\n", when(v.SuspendedAt, ago(v.SuspendedAt, now)+" ago"))
 	}
+	if v.WakeError != "" {
+		fmt.Fprintf(tw, "Last wake failed:\t%s: %s\n", when(v.WakeErrorAt, ago(v.WakeErrorAt, now)+" ago"), v.WakeError)
+		fmt.Fprintf(tw, "\t(the session stays archived, its archive untouched; the next call tries again)\n")
+	}
+	for i, n := range v.Notes {
+		name := ""
+		if i == 0 {
+			name = "Notes:"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", name, n)
+	}
 	fmt.Fprintf(tw, "Created:\t%s\n", when(v.CreatedAt, ago(v.CreatedAt, now)+" ago"))
 	fmt.Fprintf(tw, "Last used:\t%s\n", when(v.LastUsed, ago(v.LastUsed, now)+" ago"))
 	fmt.Fprintf(tw, "Idle until:\t%s\n", when(v.IdleUntil, until(v.IdleUntil, now)))

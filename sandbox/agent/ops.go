@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 )
@@ -316,9 +318,65 @@ type CheckResult struct {
 
 // TarOutArgs streams a directory as a tar archive (data events). Guard-denied paths are
 // left out; symlinks are archived as links.
+//
+// Exact asks for the whole tree as it is, for a snapshot, an archive or a fork that
+// TarInArgs.Exact gives back: every symlink whatever its target, hard links as links,
+// modes and mtimes, sparse files as their data (TarSparse), and files the workspace user
+// can't read (read as their owner). FIFOs, sockets and devices are skipped and listed in
+// a PAX global header (TarSkipped) at the end of the stream. What can't be read fails
+// the whole stream, naming the path, as does a tree of more than MaxTarEntries entries.
 type TarOutArgs struct {
 	Path  string       `json:"path,omitempty"`
 	Guard *guard.Guard `json:"guard,omitempty"`
+	Exact bool         `json:"exact,omitempty"`
+}
+
+// MaxTarEntries bounds the entries of one archive, in both directions: a tree that
+// can't come back is refused when it is taken, not when it is given back.
+const MaxTarEntries = 1 << 20
+
+// PAX records of an exact archive (TarOutArgs.Exact).
+const (
+	// TarSparse is a sparse file's data map, "offset:length,…" in the file, with its
+	// apparent size as the last pair's end ("size:0"); the entry's contents are the data
+	// segments, in order.
+	TarSparse = "CWS.sparse"
+	// TarSkipped, on a global header, lists what the capture skipped as JSON
+	// ([]TarSkip).
+	TarSkipped = "CWS.skipped"
+)
+
+// TarSkip is an entry an exact archive left out, and why. A path that is not UTF-8
+// travels as its bytes (pathBytes) beside a readable form.
+type TarSkip struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+type tarSkipJSON struct {
+	Path      string `json:"path"`
+	PathBytes []byte `json:"pathBytes,omitempty"`
+	Why       string `json:"why"`
+}
+
+func (s TarSkip) MarshalJSON() ([]byte, error) {
+	j := tarSkipJSON{Path: s.Path, Why: s.Why}
+	if !utf8.ValidString(s.Path) {
+		j.Path, j.PathBytes = strings.ToValidUTF8(s.Path, "\ufffd"), []byte(s.Path)
+	}
+	return json.Marshal(j)
+}
+
+func (s *TarSkip) UnmarshalJSON(b []byte) error {
+	var j tarSkipJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	s.Path, s.Why = j.Path, j.Why
+	if j.PathBytes != nil {
+		s.Path = string(j.PathBytes)
+	}
+	return nil
 }
 
 // TarInArgs extracts the streamed request body, a tar archive, into a directory, all or
@@ -330,17 +388,24 @@ type TarOutArgs struct {
 // A directory merges into an existing one; any other entry replaces what is at its path
 // (a directory excepted). MaxBytes bounds the total of file contents, copies included;
 // 0 means no limit.
+//
+// Exact restores what an exact tar.out took, as it was: symlinks are accepted whatever
+// their target (they are data: still never followed or written through), hard links are
+// made as links, files and directories get their modes and mtimes, and sparse files
+// their holes.
 type TarInArgs struct {
 	Path     string       `json:"path,omitempty"`
 	MaxBytes int64        `json:"maxBytes,omitempty"`
 	Guard    *guard.Guard `json:"guard,omitempty"`
+	Exact    bool         `json:"exact,omitempty"`
 }
 
 // TarResult counts what was archived or extracted.
 type TarResult struct {
-	Files int   `json:"files"`
-	Dirs  int   `json:"dirs"`
-	Bytes int64 `json:"bytes"`
+	Files   int       `json:"files"`
+	Dirs    int       `json:"dirs"`
+	Bytes   int64     `json:"bytes"`
+	Skipped []TarSkip `json:"skipped,omitempty"` // exact tar.out: what it left out
 }
 
 // BodyCarrier is a result whose bulk bytes travel raw in the done frame's body rather

@@ -19,7 +19,7 @@ func (s *Store) Claim(_ context.Context, key, value string, ttl time.Duration) (
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.claims[key]; ok && !c.expired(now) {
+	if c, ok := s.claims[key]; ok && !c.expired(now) && c.value != value {
 		return c.value, false, nil
 	}
 	c := claim{value: value}

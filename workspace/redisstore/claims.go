@@ -7,11 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// claimScript sets KEYS[1] to ARGV[1] unless it is set, with a PX TTL of ARGV[2] ms
-// when that is > 0. It returns {value in force, 1 if this call set it}.
+// claimScript sets KEYS[1] to ARGV[1] unless it is set to another value, with a PX TTL
+// of ARGV[2] ms when that is > 0 (set to ARGV[1] already: the TTL is renewed). It
+// returns {value in force, 1 if this call set or renewed it}.
 var claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur then return {cur, 0} end
+if cur and cur ~= ARGV[1] then return {cur, 0} end
 local ms = tonumber(ARGV[2])
 if ms > 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)

@@ -23,7 +23,7 @@ func testClaimRelease(t *testing.T, s workspace.Store) {
 	ctx := t.Context()
 	claim(t, s, "idem:acme:k1", "s1", 0, "s1", true)
 	claim(t, s, "idem:acme:k1", "s2", 0, "s1", false)
-	claim(t, s, "idem:acme:k1", "s1", 0, "s1", false) // the holder's own claim is not a new one
+	claim(t, s, "idem:acme:k1", "s1", 0, "s1", true) // the holder's own claim: renewed, still its
 	claim(t, s, "idem:acme:k2", "s2", time.Hour, "s2", true)
 
 	must(t, "release with another value", s.Release(ctx, "idem:acme:k1", "s2"))
@@ -80,6 +80,14 @@ func testClaimTTL(t *testing.T, s workspace.Store) {
 	time.Sleep(700 * time.Millisecond)
 	claim(t, s, "ttl", "second", time.Minute, "second", true) // the first claim expired
 	claim(t, s, "forever", "second", 0, "first", false)       // ttl 0 never expires
+
+	// A holder renews its claim by claiming it again: it outlives its first TTL.
+	claim(t, s, "renewed", "holder", 400*time.Millisecond, "holder", true)
+	for range 3 {
+		time.Sleep(200 * time.Millisecond)
+		claim(t, s, "renewed", "holder", 400*time.Millisecond, "holder", true)
+	}
+	claim(t, s, "renewed", "other", time.Minute, "holder", false)
 }
 
 // allowN calls Allow n times and returns how many were allowed. Windows are aligned to

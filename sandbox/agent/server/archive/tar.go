@@ -7,11 +7,15 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path"
+	"syscall"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
@@ -52,89 +56,295 @@ func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r
 	if err != nil {
 		return nil, err
 	}
-	var res agent.TarResult
-	tw := tar.NewWriter(eventWriter{r})
-	var walk func(real, name string) error
-	walk = func(real, name string) error {
-		if err := ctx.Err(); err != nil {
+	c := &capture{h: h, ctx: ctx, a: a, base: t, tw: tar.NewWriter(eventWriter{r}), links: map[fileID]string{}}
+	if err := c.walk(t.Real, "."); err != nil {
+		return nil, err
+	}
+	if len(c.res.Skipped) > 0 {
+		list, _ := json.Marshal(c.res.Skipped)
+		if err := c.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{agent.TarSkipped: string(list)}}); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.tw.Close(); err != nil {
+		return nil, err
+	}
+	return c.res, nil
+}
+
+// fileID is an inode: a hard link's identity.
+type fileID struct{ dev, ino uint64 }
+
+// capture is one tar.out under way.
+type capture struct {
+	h       *Handlers
+	ctx     context.Context
+	a       agent.TarOutArgs
+	base    fs.Target
+	tw      *tar.Writer
+	links   map[fileID]string // exact: the first path of each multiply-linked file
+	entries int
+	res     agent.TarResult
+}
+
+// fail is an exact capture's error about one entry: the capture stops, naming it.
+func (c *capture) fail(name string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &agent.WireError{Code: agent.CodeInternal, Path: name,
+		Message: fmt.Sprintf("can't read %s for the archive: %v (nothing was changed; fix or remove it and try again)", name, err)}
+}
+
+func (c *capture) walk(real, name string) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	ents, err := c.h.WS.ReadDir(real)
+	if err != nil {
+		if !c.a.Exact {
 			return err
 		}
-		ents, err := h.WS.ReadDir(real)
-		if err != nil {
+		return c.fail(name, err)
+	}
+	for _, e := range ents {
+		childReal, childName := path.Join(real, e.Name()), path.Join(name, e.Name())
+		if fs.IsStaging(childReal) {
+			continue // an upload in progress
+		}
+		if c.a.Guard != nil && (c.a.Guard.Check(childReal) != nil || c.a.Guard.Check(path.Join(c.base.Rel, childName)) != nil) {
+			continue
+		}
+		if err := c.entry(e, childReal, childName); err != nil {
 			return err
 		}
-		for _, e := range ents {
-			childReal, childName := path.Join(real, e.Name()), path.Join(name, e.Name())
-			if fs.IsStaging(childReal) {
-				continue // an upload in progress
+	}
+	return nil
+}
+
+// entry writes one entry (and, for a directory, what it holds).
+func (c *capture) entry(e iofs.DirEntry, real, name string) error {
+	fi, err := e.Info()
+	if err != nil {
+		return nil // vanished since it was listed
+	}
+	if c.a.Exact {
+		if c.entries++; c.entries > agent.MaxTarEntries {
+			return agent.Errorf(agent.CodeTooLarge, name, "the workspace holds more than %d entries, more than an archive may (agent.MaxTarEntries)", agent.MaxTarEntries)
+		}
+	}
+	link := ""
+	switch m := fi.Mode(); {
+	case m&iofs.ModeSymlink != 0:
+		if link, err = c.h.WS.Root().Readlink(real); err != nil {
+			if !c.a.Exact {
+				return nil
 			}
-			if a.Guard != nil && (a.Guard.Check(childReal) != nil || a.Guard.Check(path.Join(t.Rel, childName)) != nil) {
-				continue
-			}
-			fi, err := e.Info()
-			if err != nil {
-				continue
-			}
-			link := ""
-			if fi.Mode()&iofs.ModeSymlink != 0 {
-				link, _ = h.WS.Root().Readlink(childReal)
-			}
-			// A regular file is opened (without following links) before its header is
-			// written, and the header describes what was opened.
-			var f *os.File
-			if fi.Mode().IsRegular() {
-				f, err = h.WS.OpenReal(childReal, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-				if err == nil && fs.CheckLinks(f, a.Guard, childName) != nil {
-					f.Close()
-					continue // maybe a denied file under another name
-				}
-				if err == nil {
-					fi, err = f.Stat()
-				}
-				if err != nil || !fi.Mode().IsRegular() {
-					if f != nil {
-						f.Close()
-					}
-					continue // vanished, or swapped for a link since it was listed
-				}
-			}
-			hdr, err := tar.FileInfoHeader(fi, link)
-			if err != nil {
-				continue // sockets and the like
-			}
-			hdr.Name, hdr.Uname, hdr.Gname = childName, "", ""
-			if fi.IsDir() {
-				hdr.Name += "/"
-			}
-			if err := tw.WriteHeader(hdr); err != nil {
-				if f != nil {
-					f.Close()
-				}
-				return err
-			}
-			switch {
-			case fi.IsDir():
-				res.Dirs++
-				if err := walk(childReal, childName); err != nil {
-					return err
-				}
-			case fi.Mode().IsRegular():
-				n, err := io.Copy(tw, io.LimitReader(f, hdr.Size))
-				f.Close()
-				if err != nil {
-					return err
-				}
-				res.Files++
-				res.Bytes += n
-			}
+			return c.fail(name, err)
+		}
+	case m.IsDir(), m.IsRegular():
+	default:
+		if c.a.Exact {
+			c.res.Skipped = append(c.res.Skipped, agent.TarSkip{Path: name, Why: kindName(m) + ": not kept in an archive"})
 		}
 		return nil
 	}
-	if err := walk(t.Real, "."); err != nil {
+	// A regular file is opened (without following links) before its header is written,
+	// and the header describes what was opened.
+	var f *os.File
+	if fi.Mode().IsRegular() {
+		f, fi, err = c.open(real, name)
+		if err != nil || f == nil {
+			return err
+		}
+		defer f.Close()
+	}
+	hdr, err := tar.FileInfoHeader(fi, link)
+	if err != nil {
+		return nil // sockets and the like
+	}
+	hdr.Name, hdr.Uname, hdr.Gname = name, "", ""
+	var sparse []segment
+	if c.a.Exact {
+		hdr.Uid, hdr.Gid, hdr.AccessTime, hdr.ChangeTime, hdr.Format = 0, 0, time.Time{}, time.Time{}, tar.FormatPAX
+		hdr.Mode = int64(unixMode(fi))
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() {
+			if st.Nlink > 1 {
+				id := fileID{uint64(st.Dev), st.Ino}
+				if first, ok := c.links[id]; ok {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					c.links[id] = name
+				}
+			}
+			if hdr.Typeflag == tar.TypeReg && st.Blocks*512 < st.Size {
+				if sparse, err = dataSegments(f, st.Size); err != nil {
+					return c.fail(name, err)
+				}
+				hdr.PAXRecords = map[string]string{agent.TarSparse: formatSparse(sparse, st.Size)}
+				hdr.Size = 0
+				for _, s := range sparse {
+					hdr.Size += s.len
+				}
+			}
+		}
+	}
+	if fi.IsDir() {
+		hdr.Name += "/"
+	}
+	if err := c.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		c.res.Dirs++
+		if c.a.Exact {
+			restore, err := c.traversable(real, fi)
+			if err != nil {
+				return c.fail(name, err)
+			}
+			defer restore()
+		}
+		return c.walk(real, name)
+	case hdr.Typeflag == tar.TypeLink:
+		c.res.Files++
+	case sparse != nil:
+		for _, s := range sparse {
+			if _, err := io.Copy(c.tw, io.NewSectionReader(f, s.off, s.len)); err != nil {
+				return c.fail(name, err)
+			}
+		}
+		c.res.Files++
+		c.res.Bytes += hdr.Size
+	case fi.Mode().IsRegular():
+		n, err := io.Copy(c.tw, io.LimitReader(f, hdr.Size))
+		if err == nil && n < hdr.Size {
+			err = fmt.Errorf("it shrank from %d to %d bytes while it was read", hdr.Size, n)
+		}
+		if err != nil {
+			if c.a.Exact {
+				return c.fail(name, err)
+			}
+			return err
+		}
+		c.res.Files++
+		c.res.Bytes += n
+	}
+	return nil
+}
+
+// open opens a regular file for the archive and stats what it opened. A file that
+// vanished or turned into something else since it was listed is left out (nil file);
+// in an exact capture a file the workspace user can't read is read as its owner, and
+// any other failure is the capture's.
+func (c *capture) open(real, name string) (*os.File, iofs.FileInfo, error) {
+	f, err := c.h.WS.OpenReal(real, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if c.a.Exact && errors.Is(err, unix.EACCES) {
+		f, err = c.openAsOwner(real)
+	}
+	if err == nil && fs.CheckLinks(f, c.a.Guard, name) != nil {
+		f.Close()
+		return nil, nil, nil // maybe a denied file under another name
+	}
+	var fi iofs.FileInfo
+	if err == nil {
+		if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
+			f.Close()
+			return nil, nil, nil // swapped for something else since it was listed
+		}
+	}
+	switch {
+	case err == nil:
+		return f, fi, nil
+	case errors.Is(err, iofs.ErrNotExist), errors.Is(err, unix.ELOOP), !c.a.Exact:
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, nil // vanished, or swapped for a link since it was listed
+	}
+	return nil, nil, c.fail(name, err)
+}
+
+// openAsOwner opens a file whose mode keeps its owner (the workspace user, as whom the
+// agent opens files) from reading it: read permission is added for the open and the
+// mode put back at once.
+func (c *capture) openAsOwner(real string) (*os.File, error) {
+	p, err := c.h.WS.OpenReal(real, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
 		return nil, err
 	}
-	if err := tw.Close(); err != nil {
+	defer p.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(p.Fd()), &st); err != nil {
 		return nil, err
 	}
-	return res, nil
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, unix.EACCES
+	}
+	proc := fs.FDPath(p)
+	if err := unix.Fchmodat(unix.AT_FDCWD, proc, st.Mode&0o7777|0o400, 0); err != nil {
+		return nil, fmt.Errorf("%w (and it can't be made readable: %v)", unix.EACCES, err)
+	}
+	f, err := os.OpenFile(proc, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if rerr := unix.Fchmodat(unix.AT_FDCWD, proc, st.Mode&0o7777, 0); rerr != nil && err == nil {
+		f.Close()
+		return nil, fmt.Errorf("put its mode back: %w", rerr)
+	}
+	return f, err
+}
+
+// traversable makes a directory its owner can't list or enter listable for the walk
+// beneath it; the returned func puts its mode back.
+func (c *capture) traversable(real string, fi iofs.FileInfo) (func(), error) {
+	mode := unixMode(fi)
+	if mode&0o500 == 0o500 {
+		return func() {}, nil
+	}
+	p, err := c.h.WS.OpenReal(real, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	proc := fs.FDPath(p)
+	if err := unix.Fchmodat(unix.AT_FDCWD, proc, mode|0o500, 0); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("the directory is not readable, and can't be made readable: %w", err)
+	}
+	return func() {
+		if err := unix.Fchmodat(unix.AT_FDCWD, proc, mode, 0); err != nil {
+			c.h.Log.Warn("tar.out: put a directory's mode back", "dir", real, "err", err)
+		}
+		p.Close()
+	}, nil
+}
+
+// unixMode is fi's permission bits with setuid, setgid and sticky, as chmod takes them.
+func unixMode(fi iofs.FileInfo) uint32 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Mode & 0o7777
+	}
+	m := uint32(fi.Mode().Perm())
+	if fi.Mode()&iofs.ModeSetuid != 0 {
+		m |= 0o4000
+	}
+	if fi.Mode()&iofs.ModeSetgid != 0 {
+		m |= 0o2000
+	}
+	if fi.Mode()&iofs.ModeSticky != 0 {
+		m |= 0o1000
+	}
+	return m
+}
+
+// kindName names what a skipped entry is.
+func kindName(m iofs.FileMode) string {
+	switch {
+	case m&iofs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&iofs.ModeSocket != 0:
+		return "a socket"
+	case m&iofs.ModeDevice != 0:
+		return "a device"
+	}
+	return "an irregular file"
 }

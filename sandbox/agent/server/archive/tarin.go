@@ -10,12 +10,16 @@ import (
 	iofs "io/fs"
 	"os"
 	"path"
+	"slices"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/guard"
 	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"github.com/cwsdev/cws/sandbox/agent/server/op"
+	"golang.org/x/sys/unix"
 )
 
 // An upload (tar.in) is all or nothing. Every entry is validated as its header arrives,
@@ -38,8 +42,6 @@ import (
 // the workspace treats a multiply-linked file as denied wherever a rule denies anything.
 
 const (
-	// maxTarEntries bounds the entries of one archive.
-	maxTarEntries = 1 << 20
 	// maxTarMeta bounds the bytes of an archive that are not file contents: headers, PAX
 	// records, padding. With file contents bounded by MaxBytes, this bounds the
 	// decompressed size of the whole stream (a gzip bomb stops here).
@@ -100,6 +102,16 @@ type extraction struct {
 	entries int
 	content int64 // file contents read from the stream
 	res     agent.TarResult
+	exact   bool      // agent.TarInArgs.Exact
+	dirs    []dirMeta // exact: the directories' modes and mtimes, set once all is in place
+}
+
+// dirMeta is a directory's mode and mtime, applied after the merge (which changes the
+// mtimes of the directories it moves entries into).
+type dirMeta struct {
+	name  string
+	mode  int64
+	mtime time.Time
 }
 
 // modeAbsent marks an archive path with nothing under it in the workspace.
@@ -122,7 +134,7 @@ func (h *Handlers) extract(ctx context.Context, a agent.TarInArgs, in *countingR
 	}
 	defer h.dropStaging(stage)
 
-	x := &extraction{h: h, g: a.Guard, max: a.MaxBytes, base: base, stage: stage,
+	x := &extraction{h: h, g: a.Guard, max: a.MaxBytes, base: base, stage: stage, exact: a.Exact,
 		kinds: map[string]entryKind{}, sizes: map[string]int64{}, ws: map[string]iofs.FileMode{}}
 	tr := tar.NewReader(in)
 	for {
@@ -159,6 +171,9 @@ func (h *Handlers) extract(ctx context.Context, a agent.TarInArgs, in *countingR
 	if err := x.merge(stage, base.Real); err != nil {
 		return agent.TarResult{}, fmt.Errorf("apply the archive: %w", err)
 	}
+	if err := x.dirModes(); err != nil {
+		return agent.TarResult{}, fmt.Errorf("apply the archive's directory modes: %w", err)
+	}
 	return x.res, nil
 }
 
@@ -177,8 +192,8 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		return agent.Errorf(agent.CodeInvalid, hdr.Name, "only a directory may name the archive's root")
 	}
-	if x.entries++; x.entries > maxTarEntries {
-		return agent.Errorf(agent.CodeTooLarge, hdr.Name, "archive holds more than %d entries", maxTarEntries)
+	if x.entries++; x.entries > agent.MaxTarEntries {
+		return agent.Errorf(agent.CodeTooLarge, hdr.Name, "archive holds more than %d entries", agent.MaxTarEntries)
 	}
 	rel, real := path.Join(x.base.Rel, name), path.Join(x.base.Real, name)
 	if fs.IsStaging(real) {
@@ -207,6 +222,9 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		if err := x.h.WS.Root().MkdirAll(stage, 0o755); err != nil {
 			return x.stageErr(hdr.Name, err)
 		}
+		if x.exact {
+			x.dirs = append(x.dirs, dirMeta{name, hdr.Mode, hdr.ModTime})
+		}
 		x.res.Dirs++
 	case tar.TypeReg:
 		if err := x.claimFile(hdr.Name, name); err != nil {
@@ -216,7 +234,11 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 			return err
 		}
 		x.content += hdr.Size
-		if err := x.writeFile(hdr.Name, stage, hdr.Mode, tr); err != nil {
+		if x.exact {
+			if err := x.writeExact(hdr, stage, tr); err != nil {
+				return err
+			}
+		} else if err := x.writeFile(hdr.Name, stage, hdr.Mode, tr); err != nil {
 			return err
 		}
 		x.kinds[name], x.sizes[name] = kindFile, hdr.Size
@@ -228,6 +250,18 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		if err := x.claimFile(hdr.Name, name); err != nil {
 			return err
+		}
+		if x.exact {
+			// A link within the tree, as it was: no bytes of its own.
+			if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
+				return x.stageErr(hdr.Name, err)
+			}
+			if err := x.h.WS.Root().Link(path.Join(x.stage, target), stage); err != nil {
+				return x.stageErr(hdr.Name, err)
+			}
+			x.kinds[name], x.sizes[name] = kindFile, x.sizes[target]
+			x.res.Files++
+			return nil
 		}
 		if err := x.charge(hdr.Name, x.sizes[target]); err != nil {
 			return err
@@ -249,7 +283,13 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		x.kinds[name], x.sizes[name] = kindFile, x.sizes[target]
 		x.res.Files++
 	case tar.TypeSymlink:
-		if err := x.symlinkTarget(hdr, real); err != nil {
+		if x.exact {
+			// Data, whatever it points at: the restore never follows it (parents refuses an
+			// entry beneath it, merge replaces links and never writes through them).
+			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) {
+				return agent.Errorf(agent.CodeInvalid, hdr.Name, "bad symlink target %q", hdr.Linkname)
+			}
+		} else if err := x.symlinkTarget(hdr, real); err != nil {
 			return err
 		}
 		if err := x.claimFile(hdr.Name, name); err != nil {
@@ -260,6 +300,11 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		if err := x.h.WS.Root().Symlink(hdr.Linkname, stage); err != nil {
 			return x.stageErr(hdr.Name, err)
+		}
+		if x.exact {
+			if err := x.linkTime(stage, hdr.ModTime); err != nil {
+				return x.stageErr(hdr.Name, err)
+			}
 		}
 		x.kinds[name] = kindSymlink
 		x.res.Files++
@@ -387,4 +432,95 @@ func (x *extraction) stageErr(entry string, err error) error {
 		return agent.Errorf(agent.CodeTooLarge, entry, "no space left for the archive: %v", err)
 	}
 	return &agent.WireError{Code: agent.CodeInternal, Path: entry, Message: fmt.Sprintf("stage entry: %v", err)}
+}
+
+// writeExact stages a regular file of an exact archive: its data (at its offsets, for a
+// sparse file), then its mode and mtime.
+func (x *extraction) writeExact(hdr *tar.Header, stage string, tr io.Reader) error {
+	var segs []segment
+	size := hdr.Size
+	if raw, ok := hdr.PAXRecords[agent.TarSparse]; ok {
+		var err error
+		if segs, size, err = parseSparse(raw, hdr.Size); err != nil {
+			return agent.Errorf(agent.CodeInvalid, hdr.Name, "%v", err)
+		}
+	}
+	if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
+		return x.stageErr(hdr.Name, err)
+	}
+	f, err := x.h.WS.Root().OpenFile(stage, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return x.stageErr(hdr.Name, err)
+	}
+	defer f.Close()
+	if segs == nil {
+		_, err = io.Copy(f, tr)
+	} else {
+		for _, s := range segs {
+			if _, err = io.CopyN(io.NewOffsetWriter(f, s.off), tr, s.len); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = f.Truncate(size)
+		}
+	}
+	if err != nil {
+		var pe *iofs.PathError
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		if errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) {
+			return x.stageErr(hdr.Name, err)
+		}
+		return agent.Errorf(agent.CodeInvalid, hdr.Name, "bad tar archive: %v", err)
+	}
+	if err := unix.Fchmod(int(f.Fd()), uint32(hdr.Mode)&0o7777); err != nil {
+		return x.stageErr(hdr.Name, err)
+	}
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, fs.FDPath(f), ts, 0); err != nil {
+		return x.stageErr(hdr.Name, err)
+	}
+	return f.Close()
+}
+
+// linkTime sets a staged symlink's own mtime.
+func (x *extraction) linkTime(stage string, mtime time.Time) error {
+	d, err := x.h.WS.Root().Open(path.Dir(stage))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
+	return unix.UtimesNanoAt(int(d.Fd()), path.Base(stage), ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// dirModes gives the exact archive's directories their modes and mtimes, in place,
+// deepest first: a directory its owner may not enter gets its mode after everything
+// beneath it is done.
+func (x *extraction) dirModes() error {
+	slices.SortStableFunc(x.dirs, func(a, b dirMeta) int {
+		return strings.Count(b.name, "/") - strings.Count(a.name, "/")
+	})
+	root := x.h.WS.Root()
+	for _, d := range x.dirs {
+		p := path.Join(x.base.Real, d.name)
+		d2, err := x.h.WS.OpenReal(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		proc := fs.FDPath(d2)
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(d.mtime.UnixNano())}
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, proc, ts, 0)
+		if err == nil {
+			err = unix.Fchmodat(unix.AT_FDCWD, proc, uint32(d.mode)&0o7777, 0)
+		}
+		d2.Close()
+		if err != nil {
+			return err
+		}
+	}
+	_ = root
+	return nil
 }
