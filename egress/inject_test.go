@@ -55,7 +55,7 @@ func (s *seen) count() int {
 // secretPx is a proxy with a CA, whose upstreams are verified against the test TLS
 // server's certificate, serving one session (with secs) on a loopback listener; it
 // returns the proxy's URL and a client that trusts the CA.
-func secretPx(t *testing.T, p *Proxy, secs func() []Secret) (*http.Client, *pxRecorder) {
+func secretPx(t *testing.T, p *Proxy, mode *atomic.Int32, secs func() []Secret) (*http.Client, *pxRecorder) {
 	t.Helper()
 	ca, _, err := NewCA(time.Now())
 	if err != nil {
@@ -70,7 +70,7 @@ func secretPx(t *testing.T, p *Proxy, secs func() []Secret) (*http.Client, *pxRe
 	}
 	t.Cleanup(func() { ln.Close() })
 	target := Target{Tenant: "acme", Session: "s1",
-		Policy:  func(context.Context) (Policy, error) { return Policy{Mode: Open}, nil },
+		Policy:  func(context.Context) (Policy, error) { return Policy{Mode: Mode(mode.Load())}, nil },
 		Secrets: func(context.Context) ([]Secret, error) { return secs(), nil }}
 	go func() {
 		for {
@@ -123,7 +123,9 @@ func TestInjectSecrets(t *testing.T) {
 		}}
 	npm := Secret{Env: "NPM_TOKEN", Name: "npm", Placeholder: secrets.NewPlaceholder("NPM_TOKEN"),
 		Hosts: mustRules(t, []string{"registry.test"}, nil), Value: func(context.Context) (string, error) { return "npm_REALVALUE2", nil }}
-	c, rec := secretPx(t, p, func() []Secret { return []Secret{gh, npm} })
+	var mode atomic.Int32
+	mode.Store(int32(Open))
+	c, rec := secretPx(t, p, &mode, func() []Secret { return []Secret{gh, npm} })
 	secretURL := fmt.Sprintf("https://example.com:%d", port)
 
 	do := func(t *testing.T, method, u string, h map[string]string, body string) (int, string) {
@@ -235,6 +237,18 @@ func TestInjectSecrets(t *testing.T) {
 		t.Errorf("values reached the upstream where no placeholder was allowed:\n%s", up.all())
 	}
 
+	t.Run("the policy in force for each request of a tunnel", func(t *testing.T) {
+		if st, _ := do(t, "GET", secretURL+"/before", nil, ""); st != 200 {
+			t.Fatalf("status %d", st)
+		}
+		mode.Store(int32(Off)) // the same tunnel, kept alive
+		defer mode.Store(int32(Open))
+		before := up.count()
+		if st, body := do(t, "GET", secretURL+"/after", map[string]string{"Authorization": "Bearer " + gh.Placeholder}, ""); st != 403 ||
+			!strings.Contains(body, "no network") || up.count() != before {
+			t.Errorf("after network went off: %d %q", st, body)
+		}
+	})
 	t.Run("one leaf per host", func(t *testing.T) {
 		for range 20 {
 			c.Transport.(*http.Transport).CloseIdleConnections() // a new tunnel each time

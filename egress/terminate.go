@@ -36,7 +36,8 @@ func (p *Proxy) terminate(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 		p.deny(conn, rec, http.StatusServiceUnavailable, "egress: the session's policy is unavailable: "+err.Error())
 		return
 	}
-	if _, err := p.judge(ctx, rec.Host, rec.Port, pol); err != nil {
+	addrs, err := p.judge(ctx, rec.Host, rec.Port, pol)
+	if err != nil {
 		p.deny(conn, rec, http.StatusForbidden, err.Error())
 		return
 	}
@@ -57,7 +58,7 @@ func (p *Proxy) terminate(ctx context.Context, conn net.Conn, br *bufio.Reader, 
 	})
 	var mu sync.Mutex
 	var injected []string
-	h := &exchange{p: p, t: t, rec: rec, note: func(names []string) {
+	h := &exchange{p: p, t: t, rec: rec, addrs: addrs, note: func(names []string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, n := range names {
@@ -95,6 +96,36 @@ type exchange struct {
 	t    Target
 	rec  Record // the CONNECT's: host and port
 	note func(secrets []string)
+
+	mu    sync.Mutex
+	addrs []netip.Addr // resolved and checked by the tunnel's first request
+}
+
+// judge decides the tunnel's target under pol: the first request resolves and checks
+// its addresses; later ones judge the name again under the policy in force, without
+// resolving (as a plain-HTTP connection kept alive does).
+func (x *exchange) judge(ctx context.Context, pol Policy) ([]netip.Addr, error) {
+	x.mu.Lock()
+	addrs := x.addrs
+	x.mu.Unlock()
+	if addrs == nil {
+		addrs, err := x.p.judge(ctx, x.rec.Host, x.rec.Port, pol)
+		if err == nil {
+			x.mu.Lock()
+			x.addrs = addrs
+			x.mu.Unlock()
+		}
+		return addrs, err
+	}
+	switch pol.Mode {
+	case Off:
+		return nil, errors.New("egress: this session has no network (its policy's network is false)")
+	case Listed:
+		if ok, rule := pol.Rules.Allows(x.rec.Host, x.rec.Port); !ok {
+			return nil, errors.New("egress: " + rule)
+		}
+	}
+	return addrs, nil
 }
 
 // dialKey carries the judged addresses of a request to the transport's dial.
@@ -125,7 +156,7 @@ func (x *exchange) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, "egress: the session's policy is unavailable: "+err.Error())
 		return
 	}
-	addrs, err := x.p.judge(ctx, x.rec.Host, x.rec.Port, pol)
+	addrs, err := x.judge(ctx, pol)
 	if err != nil {
 		fail(http.StatusForbidden, err.Error())
 		return
