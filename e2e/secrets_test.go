@@ -123,8 +123,8 @@ func privateGit(t *testing.T, cert tls.Certificate, password func() string, log 
 // with the credential helper cws sets) reach servers signed by a CA the test made —
 // which cws trusts through SSL_CERT_FILE — with the real values; a rotation applies to
 // the next request, of a running session and of a suspended one; a placeholder sent to another host is refused naming the secret;
-// and no value is found in the workspace's processes' environments, its files, the
-// audit stream or cws's log.
+// no value is found in the workspace's processes' environments, its files, the audit
+// stream or cws's log; and cws restarted with another key refuses, saying why.
 func TestSecretsE2E(t *testing.T) {
 	requireRealDeps(t)
 	if onKube() {
@@ -150,10 +150,11 @@ func TestSecretsE2E(t *testing.T) {
 	gitPort, bare := privateGit(t, cert, current(&gitValue), gitSeen)
 	plainPort := listenAny(t)
 	key := hex.EncodeToString(randBytes(32))
-	p := startCWSEnv(t, fx, testenv.Redis(t), freeAddr(t), []string{"SSL_CERT_FILE=" + bundle, "CWS_SECRETS_KEY=" + key},
+	redisURL := testenv.Redis(t)
+	p := startCWSEnv(t, fx, redisURL, freeAddr(t), []string{"SSL_CERT_FILE=" + bundle, "CWS_SECRETS_KEY=" + key},
 		"--egress-resolve", "api.test=127.0.0.1", "--egress-resolve", "git.test=127.0.0.1", "--egress-resolve", "other.test=127.0.0.1",
 		"--egress-allow-private", "127.0.0.1")
-	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) }) // p: the cws running at the end
 	admin, err := fx.tenants.Get(tenantOpen).Mint("ops", time.Hour, "", append(auth.AllScopes(), auth.ScopeSecrets), time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +256,23 @@ except Exception as e:
 	a := do(t, nil, p.url, http.MethodGet, "/v1/sessions/"+id+"/audit?limit=1000", admin, nil, nil)
 	if !strings.Contains(string(a.body), `"secrets":"api-token"`) || !strings.Contains(string(a.body), "may not be sent to other.test") {
 		t.Errorf("the audit names neither the secret put in nor the refusal: %s", a.body)
+	}
+
+	// cws restarted with another key: it says why, and the session's requests to the
+	// secret's host are refused with nothing sent.
+	p.kill()
+	p = startCWSEnv(t, fx, redisURL, freeAddr(t), []string{"SSL_CERT_FILE=" + bundle, "CWS_SECRETS_KEY=" + hex.EncodeToString(randBytes(32))},
+		"--egress-resolve", "api.test=127.0.0.1", "--egress-allow-private", "127.0.0.1")
+	if !strings.Contains(p.logs.String(), "does not open with this server's secrets key") {
+		t.Errorf("cws with another key does not say why secrets fail:\n%s", p.logs.String())
+	}
+	c = connect(t, p.url+"/v1/sessions/"+id+"/mcp", admin, "")
+	seen := apiSeen.all()
+	if out := fmt.Sprint(run("python3", "-c", fetch, apiURL)["stdout"]); strings.HasPrefix(out, "200") || !strings.Contains(out, "503") {
+		t.Errorf("with another key: %q, want the CONNECT refused (503)", out)
+	}
+	if apiSeen.all() != seen {
+		t.Error("with another key, a request reached the secret's host")
 	}
 }
 
