@@ -154,7 +154,12 @@ func TestSecretsE2E(t *testing.T) {
 	p := startCWSEnv(t, fx, redisURL, freeAddr(t), []string{"SSL_CERT_FILE=" + bundle, "CWS_SECRETS_KEY=" + key},
 		"--egress-resolve", "api.test=127.0.0.1", "--egress-resolve", "git.test=127.0.0.1", "--egress-resolve", "other.test=127.0.0.1",
 		"--egress-allow-private", "127.0.0.1")
-	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) }) // p: the cws running at the end
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			p.deleteAll(t, fx, tenantOpen)
+		}
+	})
 	admin, err := fx.tenants.Get(tenantOpen).Mint("ops", time.Hour, "", append(auth.AllScopes(), auth.ScopeSecrets), time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -263,6 +268,8 @@ except Exception as e:
 	p.kill()
 	p = startCWSEnv(t, fx, redisURL, freeAddr(t), []string{"SSL_CERT_FILE=" + bundle, "CWS_SECRETS_KEY=" + hex.EncodeToString(randBytes(32))},
 		"--egress-resolve", "api.test=127.0.0.1", "--egress-allow-private", "127.0.0.1")
+	restarted = true
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) }) // before this cws's own cleanup stops it
 	if !strings.Contains(p.logs.String(), "does not open with this server's secrets key") {
 		t.Errorf("cws with another key does not say why secrets fail:\n%s", p.logs.String())
 	}
