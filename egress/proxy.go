@@ -91,8 +91,8 @@ type Proxy struct {
 	// on-prem names without DNS and for tests. The addresses are checked as resolved ones.
 	Hosts map[string][]netip.Addr
 	// CA mints the certificates of the hosts whose TLS the proxy opens to put a
-	// secret in (terminate.go); nil: secrets are never injected, and a request that
-	// carries a placeholder is refused.
+	// secret in (terminate.go); nil: a CONNECT to a secret's host is refused (503),
+	// never piped.
 	CA *CA
 	// UpstreamRoots verify the upstreams of opened tunnels; nil: the system roots
 	// (which honour SSL_CERT_FILE and SSL_CERT_DIR).
