@@ -185,6 +185,8 @@ func TestSecretsAPI(t *testing.T) {
 		{"hosts empty", "h", `{"value": "v", "hosts": []}`, "hosts is empty"},
 		{"hosts star", "h", `{"value": "v", "hosts": ["*"]}`, `"*"`},
 		{"hosts double star", "h", `{"value": "v", "hosts": ["**.com"]}`, "**.com"},
+		{"hosts wildcard over a TLD", "h", `{"value": "v", "hosts": ["*.com"]}`, "at least two labels"},
+		{"hosts wildcard over a TLD with a port", "h", `{"value": "v", "hosts": ["*.io:443"]}`, "at least two labels"},
 		{"hosts preset", "h", `{"value": "v", "hosts": ["@github"]}`, "no preset, no CIDR"},
 		{"hosts CIDR", "h", `{"value": "v", "hosts": ["10.0.0.0/8"]}`, "no preset, no CIDR"},
 		{"hosts URL", "h", `{"value": "v", "hosts": ["https://github.com"]}`, "https://github.com"},

@@ -102,7 +102,8 @@ func (s *Service) PutSecret(ctx context.Context, caller Caller, name string, in 
 }
 
 // checkSecretHosts: at least one; each a name, *.name or an IP, with an optional port,
-// as the egress rules write them (no preset, no CIDR, nothing wider than they allow).
+// as the egress rules write them (no preset, no CIDR, nothing wider than they allow),
+// and no wildcard over a whole top-level domain (*.com).
 func checkSecretHosts(hosts []string) error {
 	if len(hosts) == 0 {
 		return invalidf("hosts", "hosts is empty: name where the secret may be sent (github.com, *.example.org, api.example.com:8443)")
@@ -116,6 +117,9 @@ func checkSecretHosts(hosts []string) error {
 		}
 		if _, err := egress.ParseRules([]string{h}, nil); err != nil {
 			return invalidf("hosts", "hosts[%d]: %v", i, err)
+		}
+		if base, ok := strings.CutPrefix(h, "*."); ok && !strings.Contains(strings.Trim(strings.Split(base, ":")[0], "."), ".") {
+			return invalidf("hosts", "hosts[%d] %q: a wildcard that wide would send the secret to a whole top-level domain; name at least two labels (*.example.com)", i, h)
 		}
 	}
 	return nil
