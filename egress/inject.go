@@ -139,7 +139,7 @@ func decodeBasic(v string) (string, bool) {
 	return string(b), err == nil
 }
 
-// injectURL handles a placeholder in a plain-HTTP request's target: its userinfo is
+// injectRequest is inject for a whole request: a URL userinfo is
 // turned into Authorization: Basic (as a client does) and injected there; one
 // elsewhere in the target (path, query) is refused, since a value there would land in
 // the server's logs.

@@ -237,6 +237,21 @@ func TestInjectSecrets(t *testing.T) {
 		t.Errorf("values reached the upstream where no placeholder was allowed:\n%s", up.all())
 	}
 
+	t.Run("URL userinfo, plain HTTP", func(t *testing.T) {
+		p.Hosts["registry.test"] = pxAddrs("127.0.0.1")
+		pu, _ := c.Transport.(*http.Transport).Proxy(nil)
+		conn, err := net.Dial("tcp", pu.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET http://u:%s@registry.test:%d/pkg HTTP/1.1\r\nHost: registry.test:%d\r\nConnection: close\r\n\r\n", npm.Placeholder, pport, pport)
+		b, _ := io.ReadAll(conn)
+		want := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:npm_REALVALUE2"))
+		if !strings.HasPrefix(string(b), "HTTP/1.1 200") || !strings.Contains(plain.all(), want) || strings.Contains(plain.all(), npm.Placeholder) {
+			t.Errorf("answer %q; the server got:\n%s", b, plain.all())
+		}
+	})
 	t.Run("the policy in force for each request of a tunnel", func(t *testing.T) {
 		if st, _ := do(t, "GET", secretURL+"/before", nil, ""); st != 200 {
 			t.Fatalf("status %d", st)
