@@ -108,6 +108,8 @@ export interface Session {
   suspendedAt?: string;
   mcpUrl: string;
   usage?: Usage;
+  /** The secrets the session uses: variable → secret name (never a value). */
+  secrets?: Record<string, string>;
 }
 
 export interface AuditRecord {

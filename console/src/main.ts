@@ -461,6 +461,8 @@ async function detailsTab(body: HTMLElement, base: string): Promise<void> {
   add("expires", s.expiresAt);
   add("MCP URL", s.mcpUrl);
   add("labels", s.labels ? Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ") : "");
+  // Names only: a session's view never holds a secret's value.
+  add("secrets", s.secrets ? Object.entries(s.secrets).map(([env, name]) => `${env} ← ${name}`).join(", ") : "");
   const pol = h("div", {}, h("p", { class: "help" }, "Loading the policy…"));
   body.replaceChildren(dl, h("h2", {}, "Policy in force"), pol);
   if (s.state !== "ready") {
