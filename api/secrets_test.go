@@ -297,3 +297,18 @@ func TestSessionSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionSecretsDirect: a tenant whose sandboxes have a route of their own
+// (network "direct") bypasses the proxy that puts secrets in: its sessions can't ask
+// for any.
+func TestSessionSecretsDirect(t *testing.T) {
+	s := newSecretsServer(t, true, `{"network": "direct"}`)
+	tok := s.token(t, "ci", "", withSecrets()...)
+	if a := s.do(t, "PUT", "/v1/secrets/gh", tok, []byte(`{"value": "v", "hosts": ["github.com"]}`)); a.status != 201 {
+		t.Fatalf("put: %d %s", a.status, a.body)
+	}
+	a := s.do(t, "POST", "/v1/sessions", tok, []byte(`{"secrets": {"GITHUB_TOKEN": "gh"}}`))
+	if e := errorOf(t, a); a.status != 403 || e.Rule != "network" || !strings.Contains(e.Message, `"direct"`) {
+		t.Errorf("%d %s, want 403 naming the direct network", a.status, a.body)
+	}
+}
