@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -75,7 +76,9 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	if err != nil {
 		return nil, err
 	}
+	busy := s.busy(sess.ID)
 	res, err := s.run(ctx, t, sess, caller, args, opts)
+	busy()
 	if err != nil && (cached || errors.Is(err, ErrSessionLost)) {
 		err = s.recheck(ctx, caller, id, err)
 	}
@@ -86,6 +89,25 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	}
 	s.done(start, caller, sess.ID, t, args, res, err)
 	return res, err
+}
+
+// busy counts a call under way on session id until the returned func is called: a
+// session is not idle while one runs, however long (idleSuspend).
+func (s *Service) busy(id string) func() {
+	v, _ := s.inflight.LoadOrStore(id, new(atomic.Int64))
+	n := v.(*atomic.Int64)
+	n.Add(1)
+	return func() {
+		if n.Add(-1) == 0 {
+			s.inflight.CompareAndDelete(id, n)
+		}
+	}
+}
+
+// calling reports whether a call of session id is under way on this replica.
+func (s *Service) calling(id string) bool {
+	v, ok := s.inflight.Load(id)
+	return ok && v.(*atomic.Int64).Load() > 0
 }
 
 // CallDefault is Call on the caller's default session (one per tenant and subject),

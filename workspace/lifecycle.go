@@ -289,7 +289,7 @@ func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
 // wakeWait is how long a call waits for its session's wake before it answers a
 // retryable error (the wake goes on). A store or an engine that hangs never holds a
 // call for longer.
-var wakeWait = 25 * time.Second
+var wakeWait = 28 * time.Second
 
 func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
 
@@ -433,7 +433,7 @@ func (s *Service) idleSuspend(ctx context.Context, all []*Session) int {
 		switch sess.State {
 		case StateReady:
 			after := s.suspendAfter(sess.ID, tp.SuspendAfter.Std())
-			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) {
+			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) || s.calling(sess.ID) {
 				continue
 			}
 			if _, err := s.suspend(ctx, sess, "idle"); err != nil {

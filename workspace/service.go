@@ -171,6 +171,7 @@ type Service struct {
 	wakeStarts sync.Map
 	portConns  sync.Map          // sandbox ID → *atomic.Int64: its exchanges under way (HoldPort)
 	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
+	inflight   sync.Map          // session id → *atomic.Int64: its calls under way on this replica
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
