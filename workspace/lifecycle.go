@@ -775,7 +775,7 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
 	}
 	t0 := time.Now()
-	spec := s.withTestSpec(s.spec(sess, tp, sess.Env, false))
+	spec := s.withTestSpec(s.spec(ctx, sess, tp, sess.Env, false))
 	info, err := s.cfg.Sandboxes.Create(ctx, spec)
 	if errors.Is(err, sandbox.ErrExists) {
 		// What an archive cut short left (its record written, the removal not): the

@@ -19,6 +19,7 @@ import (
 	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/snapshot"
 	"github.com/cwsdev/cws/workspace/policy"
 	"github.com/cwsdev/cws/workspace/tool"
@@ -85,6 +86,10 @@ type Config struct {
 	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
 	// workspace makes to its proxy is refused.
 	Egress *egress.Proxy
+	// SecretsKey seals the tenants' secrets (secrets.go); nil: the secrets API answers
+	// ErrNotConfigured and no session may ask for a secret. Their injection also needs
+	// Egress.CA (LoadSecretsCA).
+	SecretsKey *secrets.Key
 	// MaxPortConns is the most exchanges with a session's ports (proxied requests,
 	// WebSockets, port forwards) under way at once on this replica; past it HoldPort
 	// is ErrQuota. Each holds up to the agent connection's stream window in cws while

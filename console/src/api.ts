@@ -109,6 +109,8 @@ export interface Session {
   suspendedAt?: string;
   mcpUrl: string;
   usage?: Usage;
+  /** The secrets the session uses: variable → secret name (never a value). */
+  secrets?: Record<string, string>;
 }
 
 export interface AuditRecord {

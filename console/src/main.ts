@@ -608,6 +608,8 @@ async function detailsTab(body: HTMLElement, base: string, watch: (f: (s: api.Se
     add("suspended", s.state === "ready" ? "" : s.suspendedAt);
     add("MCP URL", s.mcpUrl);
     add("labels", s.labels ? Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ") : "");
+    // Names only: a session's view never holds a secret's value.
+    add("secrets", s.secrets ? Object.entries(s.secrets).map(([env, name]) => `${env} ← ${name}`).join(", ") : "");
     dl.replaceChildren(...rows);
   });
   const s = first!;
