@@ -12,9 +12,9 @@ GOBUILD := CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)"
 # The native launcher (sandbox/agent/launcher) is C, linked static: make deps installs gcc.
 CC ?= cc
 
-# Fuzz targets run by `make test`, as package:FuzzName. A target whose function does not
-# exist yet is skipped with a message.
-FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch
+# Fuzz targets run by `make test`, as package:FuzzName[:fuzztime] (FUZZTIME when
+# omitted). A target whose function does not exist yet is skipped with a message.
+FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch ./sandbox/agent:FuzzArchiveRoundTrip:30x
 FUZZTIME     ?= 200000x
 TEST_TIMEOUT ?= 45m
 
@@ -63,12 +63,13 @@ kube-images: kube build ## the images the local cluster's pods run: cws (it deli
 
 fuzz: ## run each FUZZ_TARGETS entry for FUZZTIME
 	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t##*:}; \
+		pkg=$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; ft=$(FUZZTIME); \
+		case $$rest in *:*) ft=$${rest#*:};; esac; \
 		if ! grep -qs "^func $$fn(" "$$pkg"/*_test.go; then \
 			echo "fuzz: skipping $$fn: no func $$fn in $$pkg"; continue; \
 		fi; \
-		echo "fuzz: $$pkg $$fn for $(FUZZTIME)"; \
-		go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+		echo "fuzz: $$pkg $$fn for $$ft"; \
+		CGO_ENABLED=0 go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$ft "$$pkg"; \
 	done
 
 bench: deps images build kube-images ## run the benchmarks and print tables (cmd/cws-bench; the kube section on the local cluster)

@@ -243,7 +243,11 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, who workspace
 				resp.Header.Del("Set-Cookie")
 				resp.Header.Del("Service-Worker-Allowed")
 				resp.Header.Add("Content-Security-Policy", "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads")
+				return nil
 			}
+			// The app has a host of its own under the preview domain: its cookies stay
+			// on that host, never set for the domain every tenant's previews share.
+			stripCookieDomain(resp.Header)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -269,6 +273,23 @@ func isDomainError(err error) bool {
 		}
 	}
 	return false
+}
+
+// stripCookieDomain removes the Domain attribute from every Set-Cookie of h, and keeps
+// the rest as the app wrote it: a cookie without Domain is the setting host's only.
+func stripCookieDomain(h http.Header) {
+	cookies := h["Set-Cookie"]
+	for i, v := range cookies {
+		attrs := strings.Split(v, ";")
+		kept := attrs[:1] // name=value
+		for _, a := range attrs[1:] {
+			name, _, _ := strings.Cut(a, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "domain") {
+				kept = append(kept, a)
+			}
+		}
+		cookies[i] = strings.Join(kept, ";")
+	}
 }
 
 // stripCookie removes the cookie named name from r.

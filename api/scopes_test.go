@@ -39,6 +39,12 @@ type scopeServer struct {
 // (e.g. "    defaultScopes: [tools:read]\n").
 func newScopeServer(t *testing.T, tenantExtra string) *scopeServer {
 	t.Helper()
+	return newServerWith(t, tenantExtra, `{"deniedPaths": [".env"], "allowedCommands": ["echo"]}`, nil)
+}
+
+// newServerWith is newScopeServer with acme's policy and the router's config changed.
+func newServerWith(t *testing.T, tenantExtra, policyJSON string, configure func(*api.Config)) *scopeServer {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tenants.yaml")
 	yaml := "tenants:\n  - id: " + scopesTenant + "\n    issuer: acme-platform\n    keys:\n      - {kid: k1, alg: HS256, secret: \"" + scopesSecret + "\"}\n" + tenantExtra
@@ -49,7 +55,7 @@ func newScopeServer(t *testing.T, tenantExtra string) *scopeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := policy.Parse([]byte(`{"deniedPaths": [".env"], "allowedCommands": ["echo"]}`))
+	tp, err := policy.Parse([]byte(policyJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +67,11 @@ func newScopeServer(t *testing.T, tenantExtra string) *scopeServer {
 	t.Cleanup(svc.Close)
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	mh := mcp.New(mcp.Config{Service: svc, Verifier: verifier, Tenants: pols})
-	hs := httptest.NewServer(api.New(api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: "http://cws.test"}))
+	cfg := api.Config{Service: svc, Verifier: verifier, MCP: mh, PublicURL: "http://cws.test"}
+	if configure != nil {
+		configure(&cfg)
+	}
+	hs := httptest.NewServer(api.New(cfg))
 	t.Cleanup(hs.Close)
 	return &scopeServer{url: hs.URL, tenant: tenants.Get(scopesTenant)}
 }

@@ -34,6 +34,8 @@ type SessionView struct {
 	WakeErrorAt time.Time `json:"wakeErrorAt,omitzero"`
 	// Notes say what restoring its files had to change (names renamed).
 	Notes []string `json:"notes,omitempty"`
+	// Secrets are the secrets the session uses: variable → secret name (never a value).
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 func (s *Server) view(sess *workspace.Session) SessionView {
@@ -43,6 +45,12 @@ func (s *Server) view(sess *workspace.Session) SessionView {
 		WakeError: sess.WakeError, WakeErrorAt: sess.WakeErrorAt, Notes: sess.Notes}
 	if u, ok := s.cfg.Service.CachedUsage(sess.Tenant, sess.ID); ok {
 		v.Usage = &u
+	}
+	for _, sec := range sess.Secrets {
+		if v.Secrets == nil {
+			v.Secrets = map[string]string{}
+		}
+		v.Secrets[sec.Env] = sec.Name
 	}
 	return v
 }
@@ -56,6 +64,10 @@ type CreateSessionRequest struct {
 	// Snapshot makes the session from one of the tenant's snapshots (its files, and
 	// its image, env and labels unless given here).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Secrets are the tenant's secrets the session uses: variable → secret name. The
+	// variable holds a placeholder; cws's egress proxy puts the value in, for the
+	// secret's hosts only.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 func (s *Server) createSession(c *gin.Context) {
@@ -76,7 +88,7 @@ func (s *Server) createSession(c *gin.Context) {
 		ttl = d
 	}
 	sess, err := s.cfg.Service.CreateSession(c.Request.Context(), caller(c), workspace.CreateRequest{
-		Image: req.Image, TTL: ttl, Env: req.Env, Labels: req.Labels, Snapshot: req.Snapshot, IdempotencyKey: c.GetHeader("Idempotency-Key")})
+		Image: req.Image, TTL: ttl, Env: req.Env, Labels: req.Labels, Snapshot: req.Snapshot, Secrets: req.Secrets, IdempotencyKey: c.GetHeader("Idempotency-Key")})
 	if err != nil {
 		fail(c, s.log, err)
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/workspace"
 )
 
@@ -24,11 +25,13 @@ type SnapshotView struct {
 	Files     int               `json:"files"`
 	Image     string            `json:"image"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Skipped lists what the snapshot left out (FIFOs, sockets, devices), and why.
+	Skipped []agent.TarSkip `json:"skipped,omitempty"`
 }
 
 func snapshotView(m *workspace.Snapshot) SnapshotView {
 	return SnapshotView{ID: m.ID, Session: m.Session, Name: m.Name, CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt,
-		Bytes: m.Bytes, Files: m.Files, Image: m.Image, Labels: m.Labels}
+		Bytes: m.Bytes, Files: m.Files, Image: m.Image, Labels: m.Labels, Skipped: m.Skipped}
 }
 
 // CreateSnapshotRequest is the body of POST /v1/sessions/{id}/snapshots (optional).

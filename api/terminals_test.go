@@ -80,8 +80,8 @@ func jsonOf(t *testing.T, b []byte) map[string]any {
 	return v
 }
 
-// errorOf is an error body's code and rule.
-func errorOf(t *testing.T, b []byte) (code, rule, message string) {
+// terminalErrorOf is an error body's code and rule.
+func terminalErrorOf(t *testing.T, b []byte) (code, rule, message string) {
 	t.Helper()
 	var v struct {
 		Error struct{ Code, Rule, Message string }
@@ -278,7 +278,7 @@ func TestTerminalRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := open(tc.body)
-			code, rule, msg := errorOf(t, a.body)
+			code, rule, msg := terminalErrorOf(t, a.body)
 			if a.status != tc.status || code != tc.code || rule != tc.rule {
 				t.Fatalf("%s: %d %s (rule %q: %s), want %d %s rule %q", tc.body, a.status, code, rule, msg, tc.status, tc.code, tc.rule)
 			}
@@ -289,7 +289,7 @@ func TestTerminalRefusals(t *testing.T) {
 	noShell, _ := newTerminalServer(t, `{"allowedCommands": ["echo"]}`)
 	nsID := noShell.session(t)
 	a := noShell.do(t, http.MethodPost, "/v1/sessions/"+nsID+"/terminals", noShell.token(t, "dev", "", auth.AllScopes()...), nil)
-	if code, rule, _ := errorOf(t, a.body); a.status != 403 || code != "command_not_allowed" || rule != "allowedCommands" {
+	if code, rule, _ := terminalErrorOf(t, a.body); a.status != 403 || code != "command_not_allowed" || rule != "allowedCommands" {
 		t.Fatalf("default shell not allowed: %d %s", a.status, a.body)
 	}
 
@@ -310,7 +310,7 @@ func TestTerminalRefusals(t *testing.T) {
 					continue
 				}
 				a := s.do(t, m, tc.path, tc.token, nil)
-				if code, _, msg := errorOf(t, a.body); a.status != 404 || code != "not_found" || msg != "not found" {
+				if code, _, msg := terminalErrorOf(t, a.body); a.status != 404 || code != "not_found" || msg != "not found" {
 					t.Fatalf("%s %s: %d %s", m, tc.path, a.status, a.body)
 				}
 			}
@@ -339,7 +339,7 @@ func TestTerminalRefusals(t *testing.T) {
 		}
 	}
 	a = open(`{"command": "sleep", "args": ["100"]}`)
-	if code, rule, msg := errorOf(t, a.body); a.status != 429 || code != "quota_exceeded" || rule != "maxTerminals" || !strings.Contains(msg, "maxTerminals 8") {
+	if code, rule, msg := terminalErrorOf(t, a.body); a.status != 429 || code != "quota_exceeded" || rule != "maxTerminals" || !strings.Contains(msg, "maxTerminals 8") {
 		t.Fatalf("9th terminal: %d %s", a.status, a.body)
 	}
 	// Closing one makes room.

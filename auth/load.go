@@ -127,6 +127,8 @@ func (l *loader) tenant(name string, e tenantEntry) *Tenant {
 			switch {
 			case sc == ScopeAdmin:
 				l.failf("%s: defaultScopes: %q is never a default: a token of the --admin-tenant tenant must carry it in its scope claim", name, sc)
+			case sc == ScopeSecrets:
+				l.failf("%s: defaultScopes: %q is never a default: a token must carry it in its scope claim", name, sc)
 			case !KnownScope(sc):
 				l.failf("%s: defaultScopes: unknown scope %q (known: %s)", name, sc, strings.Join(AllScopes(), ", "))
 			case !slices.Contains(t.DefaultScopes, sc):

@@ -15,6 +15,9 @@ const (
 	ScopeSessions   = "sessions"    // create, list, get, renew and delete sessions
 	ScopeArchive    = "archive"     // upload and download the whole workspace tree
 	ScopePorts      = "ports"       // reach a workspace's ports (preview URLs, port-forward)
+	// ScopeSecrets writes, lists and deletes the tenant's secrets (/v1/secrets). Like
+	// admin it is never a default: a token must carry it in its scope claim.
+	ScopeSecrets = "secrets"
 	// ScopeAdmin is the operator's view across tenants (/v1/admin, the console). It is
 	// never a default: only a token that carries it, of the tenant named by
 	// cws serve --admin-tenant, has it.
@@ -30,8 +33,8 @@ func AllScopes() []string {
 // ToolScopes returns the scopes that call tools: an agent's token needs only these.
 func ToolScopes() []string { return []string{ScopeToolsRead, ScopeToolsWrite, ScopeToolsExec} }
 
-// KnownScopes is AllScopes and ScopeAdmin.
-func KnownScopes() []string { return append(AllScopes(), ScopeAdmin) }
+// KnownScopes is AllScopes, ScopeSecrets and ScopeAdmin.
+func KnownScopes() []string { return append(AllScopes(), ScopeSecrets, ScopeAdmin) }
 
 // KnownScope reports whether s is one of [KnownScopes].
 func KnownScope(s string) bool { return slices.Contains(KnownScopes(), s) }

@@ -695,3 +695,102 @@ func TestPreviewHostLinks(t *testing.T) {
 		t.Errorf("the cookie on another port's host: %v %v", r, err)
 	}
 }
+
+// routeProbe prints the proxy variables a command gets, then tries a direct TCP
+// connection (ignoring the proxy) to port argv[1] on the sandbox's default gateway (the
+// host, on Docker's bridge): "direct: connected" or "direct: <error>".
+const routeProbe = `
+import os, socket, struct, sys
+print("proxy:", os.environ.get("HTTPS_PROXY", ""))
+gw = "1.1.1.1"
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    f = line.split()
+    if f[1] == "00000000":
+        gw = socket.inet_ntoa(struct.pack("<L", int(f[2], 16)))
+try:
+    socket.create_connection((gw, int(sys.argv[1])), timeout=5); print("direct: connected to", gw)
+except OSError as e:
+    print("direct:", gw, e)
+`
+
+// TestNetworkTrueE2E: a tenant's network: true goes through cws's egress proxy — any
+// public name, but the cloud metadata address (literal or behind a name), private and
+// loopback addresses are refused with a 403 naming why, and the sandbox has no route of
+// its own. Only network: "direct" in the tenants file gives it one (and no proxy).
+func TestNetworkTrueE2E(t *testing.T) {
+	requireRealDeps(t)
+	fx := netFixture(t, `{"allowedPaths": ["**"], "maxSessions": 10, "network": true}`)
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })
+	_, httpPort := listenLocal(t, hello, false)
+	_, tlsPort := listenLocal(t, hello, true)
+	outside := listenAny(t)
+	redis := testenv.Redis(t)
+	p := startCWSWith(t, fx, redis, freeAddr(t),
+		"--egress-resolve", "any.test=127.0.0.1", "--egress-resolve", "meta.test=169.254.169.254",
+		"--egress-resolve", "private.test=10.1.2.3", "--egress-resolve", "loop.test=127.0.0.2",
+		"--egress-allow-private", "127.0.0.1")
+	tok := fx.token(t, tenantOpen, "net", "")
+	r := p.post(t, tok, "/v1/sessions", map[string]any{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	c := connect(t, p.url+"/v1/sessions/"+decode[lifeView](t, r).ID+"/mcp", tok, "")
+	cases := []struct {
+		url    string
+		status int
+		body   string
+	}{
+		{fmt.Sprintf("http://any.test:%d/", httpPort), 200, "hello any.test"},
+		{fmt.Sprintf("https://any.test:%d/", tlsPort), 200, "hello any.test"},
+		{"http://169.254.169.254/latest/meta-data/", 403, "169.254.169.254 is a cloud metadata address"},
+		{"http://meta.test/latest/meta-data/", 403, "169.254.169.254 is a cloud metadata address"},
+		{"http://private.test/", 403, "10.1.2.3 is a private address"},
+		{fmt.Sprintf("http://loop.test:%d/", httpPort), 403, "127.0.0.2 is a loopback address"},
+	}
+	var urls []string
+	for _, tc := range cases {
+		urls = append(urls, tc.url)
+	}
+	got := egressFetch(t, c, urls...)
+	for _, tc := range cases {
+		if g := got[tc.url]; g.Status != tc.status || !strings.Contains(g.Body, tc.body) {
+			t.Errorf("network true, %s: %d %q, want %d with %q", tc.url, g.Status, g.Body, tc.status, tc.body)
+		}
+	}
+	probe := func(c *mcpClient) []string {
+		t.Helper()
+		r := c.call(t, "runCommand", map[string]any{"command": "python3", "args": []string{"-c", routeProbe, fmt.Sprint(outside)}})
+		return strings.Split(strings.TrimSpace(fmt.Sprint(r["stdout"])), "\n")
+	}
+	if lines := probe(c); len(lines) != 2 || lines[0] != "proxy: http://127.0.0.1:3128" || strings.HasPrefix(lines[1], "direct: connected") {
+		t.Errorf("network true: %q, want the proxy and no route of its own", lines)
+	}
+	m := p.metrics(t)
+	if v, _ := metricValue(m, "cws_egress_connections_total", map[string]string{"tenant": tenantOpen, "decision": "denied"}); v < 4 {
+		t.Errorf("cws_egress_connections_total{decision=denied} = %v, want >= 4 (each refusal is counted and audited)", v)
+	}
+	p.deleteAll(t, fx, tenantOpen)
+	p.kill()
+
+	// network: "direct": a route of its own, no proxy.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(fx.path), "open.cws-policy.json"),
+		[]byte(`{"allowedPaths": ["**"], "maxSessions": 10, "network": "direct"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = startCWS(t, fx, redis, freeAddr(t))
+	t.Cleanup(func() { p.deleteAll(t, fx, tenantOpen) })
+	r = p.post(t, tok, "/v1/sessions", map[string]any{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create with network direct: %d %s", r.status, r.body)
+	}
+	c = connect(t, p.url+"/v1/sessions/"+decode[lifeView](t, r).ID+"/mcp", tok, "")
+	lines := probe(c)
+	if len(lines) != 2 || strings.TrimSpace(lines[0]) != "proxy:" {
+		t.Errorf("network direct: %q, want no proxy", lines)
+	}
+	// On Docker the gateway is the host, where the listener answers anyone. A pod's
+	// gateway is the node's, which the host's listener may not be behind.
+	if !onKube() && (len(lines) < 2 || !strings.HasPrefix(lines[1], "direct: connected")) {
+		t.Errorf("network direct: %q, want a route of its own", lines)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,16 @@ type Target struct {
 	Tenant, Session string
 	// Policy returns the session's policy in force; it is asked once per request.
 	Policy func(ctx context.Context) (Policy, error)
+	// Secrets returns the session's secrets in force (nil: it has none); it is asked
+	// when a CONNECT may need its TLS opened and when a request carries a placeholder.
+	Secrets func(ctx context.Context) ([]Secret, error)
+}
+
+func (t Target) secrets(ctx context.Context) ([]Secret, error) {
+	if t.Secrets == nil {
+		return nil, nil
+	}
+	return t.Secrets(ctx)
 }
 
 // Record is one connection's outcome, for the audit stream and the metrics.
@@ -57,6 +68,10 @@ type Record struct {
 	BytesOut        int64  // from the workspace to the remote end
 	BytesIn         int64  // from the remote end to the workspace
 	Took            time.Duration
+	// Secrets are the names of the secrets put into the connection's requests (or, when
+	// refused, the one that was refused: "" for a placeholder not of this session),
+	// never a value.
+	Secrets []string
 }
 
 // Proxy is cws's side of the workspace's HTTP proxy: the agent hands it each
@@ -75,9 +90,19 @@ type Proxy struct {
 	// Hosts pin names to addresses ahead of DNS (cws serve --egress-resolve), for
 	// on-prem names without DNS and for tests. The addresses are checked as resolved ones.
 	Hosts map[string][]netip.Addr
+	// CA mints the certificates of the hosts whose TLS the proxy opens to put a
+	// secret in (terminate.go); nil: a CONNECT to a secret's host is refused (503),
+	// never piped.
+	CA *CA
+	// UpstreamRoots verify the upstreams of opened tunnels; nil: the system roots
+	// (which honour SSL_CERT_FILE and SSL_CERT_DIR).
+	UpstreamRoots *x509.CertPool
 
 	mu    sync.Mutex
 	conns map[string]int // open connections by session
+
+	upOnce      sync.Once
+	upTransport *http.Transport
 }
 
 func (p *Proxy) dialTimeout() time.Duration   { return orDur(p.DialTimeout, 10*time.Second) }
@@ -191,8 +216,35 @@ func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 			return
 		}
 		if req.Method == http.MethodConnect {
+			if t.Secrets != nil {
+				secs, err := t.Secrets(ctx)
+				if err != nil {
+					p.deny(conn, rec, http.StatusServiceUnavailable, "egress: the session's secrets are unavailable: "+err.Error())
+					return
+				}
+				if anyFor(secs, host, port) {
+					if p.CA == nil { // fail closed: never pipe a placeholder to a secret's host
+						p.deny(conn, rec, http.StatusServiceUnavailable, "egress: the secrets of "+host+" can't be put in: cws's egress CA is unavailable (see its log)")
+						return
+					}
+					p.terminate(ctx, conn, br, rec, t)
+					return
+				}
+			}
 			p.connect(ctx, conn, br, rec, pol)
 			return
+		}
+		if hasPlaceholder(req.Header, req.RequestURI) {
+			secs, err := t.secrets(ctx)
+			if err == nil {
+				rec.Secrets, err = injectRequest(ctx, req, host, port, secs)
+			}
+			if err != nil {
+				rf := asRefusal(err)
+				rec.Secrets = rf.names()
+				p.deny(conn, rec, rf.status, rf.reason)
+				return
+			}
 		}
 		var keep bool
 		keep, up = p.forward(ctx, conn, br, req, rec, pol, up)

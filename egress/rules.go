@@ -5,7 +5,10 @@
 // link-local, cloud metadata and the like, so that an allowed name cannot lead
 // into cws's own network.
 //
-// The package depends on nothing else of cws.
+// The proxy (proxy.go) applies them, and puts a session's secrets into the requests
+// that may carry them (inject.go, terminate.go).
+//
+// The package depends on nothing else of cws but package secrets.
 package egress
 
 import (

@@ -11,6 +11,7 @@ import (
 type network struct {
 	egressConns, egressBytes   *prometheus.CounterVec
 	previewConns, previewBytes *prometheus.CounterVec
+	secrets                    *prometheus.CounterVec
 }
 
 func newNetwork(f promauto.Factory) network {
@@ -31,7 +32,16 @@ func newNetwork(f promauto.Factory) network {
 			Namespace: namespace, Subsystem: "preview", Name: "bytes_total",
 			Help: "Bytes through preview connections, by tenant and direction (out: sent by the workspace; in: received).",
 		}, []string{"tenant", "direction"}),
+		secrets: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "egress", Name: "secrets_total",
+			Help: "Secrets the egress proxy put into a connection's requests (outcome injected) or refused to send (refused), by tenant and secret name (\"\": a placeholder not of the session).",
+		}, []string{"tenant", "secret", "outcome"}),
 	}
+}
+
+// SecretUse counts a secret put in or refused (workspace.SecretObserver).
+func (m *Metrics) SecretUse(tenant, secret, outcome string) {
+	m.net.secrets.WithLabelValues(tenant, secret, outcome).Inc()
 }
 
 // NetConn counts one network-edge connection (workspace.NetObserver); direction is

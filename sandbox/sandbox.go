@@ -56,7 +56,7 @@ type Spec struct {
 	Subject string    // the creating subject, recorded as a label
 	Image   string    // any image; the agent is injected
 	Expires time.Time // hard expiry, recorded as a label; zero means none
-	Network bool      // true allows egress (bridge network); false is NetworkMode none
+	Network bool      // a route of its own (bridge; the policy's network: "direct"); false: NetworkMode none, out only through the agent's egress proxy
 	User    string    // uid:gid the agent and tool processes run as; empty means "1000:1000"
 	Env     map[string]string
 	Labels  map[string]string // extra labels; the cws.* ones above always win

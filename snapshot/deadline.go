@@ -94,12 +94,23 @@ type watchedBody struct {
 	rc io.ReadCloser
 }
 
+// Read runs the watch only while it waits on the store: time the consumer takes
+// between reads (a restore whose sandbox writes slowly) is not the store's.
 func (b watchedBody) Read(p []byte) (int, error) {
-	n, err := b.fedReader.Read(p)
+	b.w.feed()
+	n, err := b.rc.Read(p)
+	b.w.pause()
 	if err != nil && err != io.EOF {
 		err = b.w.stopErr(err)
 	}
 	return n, err
+}
+
+// pause stops the watch's clock until the next feed.
+func (w *watchdog) pause() {
+	w.mu.Lock()
+	w.t.Stop()
+	w.mu.Unlock()
 }
 
 func (b watchedBody) Close() error {
@@ -118,9 +129,24 @@ func (w *watchdog) stopErr(err error) error {
 	return err
 }
 
+// Put is bounded by the time its size takes at a slow link (256 KiB/s) plus the stall
+// time. The reader goes to the backend as it is: an S3 upload reads a file's parts in
+// parallel through io.ReaderAt, and buffers a part before it sends it, so reads are no
+// measure of its progress.
 func (b *stallBackend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	w := b.watch(ctx, "put "+key)
-	return w.stop(b.b.Put(w.ctx, key, fedReader{r, w}, size))
+	d := b.stall
+	if size > 0 {
+		d += time.Duration(size/(256<<10)) * time.Second
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf("snapshot store %s: put %s took more than %s (is the store up?)", b.b, key, d))
+	defer cancel()
+	err := b.b.Put(ctx, key, r, size)
+	if err != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+			err = fmt.Errorf("%w (%v)", cause, err)
+		}
+	}
+	return err
 }
 
 func (b *stallBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -129,7 +155,7 @@ func (b *stallBackend) Get(ctx context.Context, key string) (io.ReadCloser, erro
 	if err != nil {
 		return nil, w.stop(err)
 	}
-	w.feed()
+	w.pause()
 	return watchedBody{fedReader{rc, w}, rc}, nil
 }
 

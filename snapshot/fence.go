@@ -125,11 +125,32 @@ func (s *Store) fence(ctx context.Context, tenant string) (ok bool, refresh func
 	}
 	last := time.Now()
 	refresh = func() error {
-		if time.Since(last) < collectRefresh {
+		since := time.Since(last)
+		if since < collectRefresh {
 			return nil
 		}
+		if since > staleCollect/2 {
+			// Writers may have judged the mark stale: what this collection found unused
+			// may be in use now.
+			return fmt.Errorf("the collection's mark went %s without a refresh: stopped", since.Round(time.Second))
+		}
+		if err := put(); err != nil {
+			return err
+		}
 		last = time.Now()
-		return put()
+		return nil
 	}
 	return true, refresh, end, nil
+}
+
+// leased reports whether a Write of tenant's store holds a live lease.
+func (s *Store) leased(ctx context.Context, tenant string) (bool, error) {
+	live := false
+	err := s.b.List(ctx, tenant+"/leases/", func(o Object) error {
+		if time.Since(o.Modified) <= staleLease && ValidID(path.Base(o.Key)) {
+			live = true
+		}
+		return nil
+	})
+	return live, err
 }

@@ -585,30 +585,62 @@ func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) (ReadN
 	return notes, s.read(ctx, tenant, id, es, w)
 }
 
-// renameClashes renames the entries whose path an earlier entry has (a file and a
-// directory implied by a later entry don't clash: a directory may be listed once).
-// Only a record of an older cws, which stored names as UTF-8 and so replaced what was
-// not, can hold them.
+// renameClashes renames the entries whose path an earlier entry has. A renamed
+// directory takes the entries listed after it beneath its old name along (they were
+// its own: a tree is listed depth first), and a hard link to a renamed path follows
+// it. Only a record of an older cws, which stored names as UTF-8 and so replaced what
+// was not, can hold them.
 func renameClashes(es []entry) []Rename {
-	seen := make(map[string]byte, len(es))
+	seen := make(map[string]bool, len(es))
+	moved := map[string]string{} // a renamed directory's old path → its new one
 	var out []Rename
-	for i := range es {
-		p := strings.TrimSuffix(es[i].Path, "/")
-		if _, dup := seen[p]; dup {
-			for n := 2; ; n++ {
-				q := fmt.Sprintf("%s (%d)", p, n)
-				if _, taken := seen[q]; !taken {
-					out = append(out, Rename{From: es[i].Path, To: q})
-					if es[i].Type == tar.TypeDir {
-						q += "/"
-					}
-					es[i].Path = q
-					p = strings.TrimSuffix(q, "/")
-					break
+	follow := func(p string) string {
+		if len(moved) == 0 {
+			return p
+		}
+		for i := len(p) - 1; i > 0; i-- {
+			if p[i] == '/' {
+				if to, ok := moved[p[:i]]; ok {
+					return to + p[i:]
 				}
 			}
 		}
-		seen[p] = es[i].Type
+		return p
+	}
+	renamedFiles := map[string]string{}
+	for i := range es {
+		e := &es[i]
+		dir := strings.HasSuffix(e.Path, "/") || e.Type == tar.TypeDir
+		p := follow(strings.TrimSuffix(e.Path, "/"))
+		if e.Type == tar.TypeLink {
+			if to, ok := renamedFiles[e.Link]; ok {
+				e.Link = to
+			} else {
+				e.Link = follow(e.Link)
+			}
+		}
+		if seen[p] {
+			old := p
+			for n := 2; ; n++ {
+				q := fmt.Sprintf("%s (%d)", old, n)
+				if !seen[q] {
+					p = q
+					break
+				}
+			}
+			out = append(out, Rename{From: strings.TrimSuffix(e.Path, "/"), To: p})
+			if dir {
+				moved[old] = p
+			} else {
+				renamedFiles[old] = p
+			}
+		}
+		seen[p] = true
+		if dir && strings.HasSuffix(e.Path, "/") {
+			e.Path = p + "/"
+		} else {
+			e.Path = p
+		}
 	}
 	return out
 }
@@ -744,6 +776,9 @@ func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration)
 		return 0, 0, err
 	}
 	for _, id := range ids {
+		if err := refresh(); err != nil {
+			return 0, 0, err
+		}
 		if _, err := s.Get(ctx, tenant, id); errors.Is(err, ErrNotFound) {
 			continue // deleted meanwhile
 		} else if err != nil {
@@ -761,6 +796,11 @@ func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration)
 				used[e.Blob] = true
 			}
 		}
+	}
+	// A Write that found the mark stale (it never should: the mark is refreshed) holds
+	// a lease by now: look again before deleting anything.
+	if live, err := s.leased(ctx, tenant); err != nil || live {
+		return 0, 0, err
 	}
 	for _, o := range old {
 		if used[path.Base(o.Key)] {

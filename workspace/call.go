@@ -75,7 +75,7 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.run(ctx, t, sess, caller, args, opts)
+	res, err := s.runBusy(ctx, t, sess, caller, args, opts)
 	if err != nil && (cached || errors.Is(err, ErrSessionLost)) {
 		err = s.recheck(ctx, caller, id, err)
 	}
@@ -86,6 +86,34 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	}
 	s.done(start, caller, sess.ID, t, args, res, err)
 	return res, err
+}
+
+// busy counts a call under way on session id until the returned func is called: a
+// session is not idle while one runs, however long (idleSuspend).
+func (s *Service) busy(id string) func() {
+	s.inflightMu.Lock()
+	s.inflight[id]++
+	s.inflightMu.Unlock()
+	return func() {
+		s.inflightMu.Lock()
+		if s.inflight[id]--; s.inflight[id] <= 0 {
+			delete(s.inflight, id)
+		}
+		s.inflightMu.Unlock()
+	}
+}
+
+// runBusy is run, counted as a call under way for its whole length.
+func (s *Service) runBusy(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
+	defer s.busy(sess.ID)()
+	return s.run(ctx, t, sess, caller, args, opts)
+}
+
+// calling reports whether a call of session id is under way on this replica.
+func (s *Service) calling(id string) bool {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	return s.inflight[id] > 0
 }
 
 // CallDefault is Call on the caller's default session (one per tenant and subject),

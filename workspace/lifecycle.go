@@ -151,29 +151,51 @@ type claimHold struct {
 	ttl        time.Duration
 	store      Store
 	lost       atomic.Bool
+	renewed    atomic.Int64 // unix ns of the last renewal that succeeded
 }
 
 type claimHoldKey struct{}
 
-// keep renews the claim every third of its TTL until the returned func is called.
+// keep renews the claim every third of its TTL until the returned func is called (it
+// returns once no renewal is under way, so none lands after a Release). A claim not
+// renewed within its TTL may have expired and been taken: it counts as lost.
 func (h *claimHold) keep(ctx context.Context) func() {
-	done := make(chan struct{})
+	h.renewed.Store(time.Now().UnixNano())
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(done)
 		t := time.NewTicker(h.ttl / 3)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-stop:
 				return
 			case <-t.C:
-				if _, ok, err := h.store.Claim(context.WithoutCancel(ctx), h.key, h.token, h.ttl); err == nil && !ok {
-					h.lost.Store(true)
+				h.renew(context.WithoutCancel(ctx))
+				if h.lost.Load() {
 					return
 				}
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() { close(stop); <-done }
+}
+
+// renew renews the claim once, and marks it lost when another holds it or when no
+// renewal succeeded within its TTL.
+func (h *claimHold) renew(ctx context.Context) {
+	if time.Since(time.Unix(0, h.renewed.Load())) >= h.ttl {
+		h.lost.Store(true) // it may have expired and passed to another meanwhile
+		return
+	}
+	_, ok, err := h.store.Claim(ctx, h.key, h.token, h.ttl)
+	switch {
+	case err != nil:
+	case !ok:
+		h.lost.Store(true)
+	default:
+		h.renewed.Store(time.Now().UnixNano())
+	}
 }
 
 // claimHeld reports whether the claim underClaim put in ctx is still this holder's
@@ -183,19 +205,20 @@ func claimHeld(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	if !h.lost.Load() {
+		h.renew(ctx)
+	}
 	if h.lost.Load() {
-		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClaimLost)
 	}
-	_, ok, err := h.store.Claim(ctx, h.key, h.token, h.ttl)
-	if err != nil {
-		return fmt.Errorf("%w: renew the session's claim: %v", ErrUnavailable, err)
-	}
-	if !ok {
-		h.lost.Store(true)
-		return fmt.Errorf("%w: the session's claim passed to another replica meanwhile", ErrUnavailable)
+	if time.Since(time.Unix(0, h.renewed.Load())) > time.Second {
+		return fmt.Errorf("%w: the session's claim could not be renewed", ErrUnavailable)
 	}
 	return nil
 }
+
+// errClaimLost: the session's claim passed to another replica while this one worked.
+var errClaimLost = errors.New("the session's claim passed to another replica meanwhile")
 
 // suspend moves a ready session to suspended (or, when its sandbox keeps no disk,
 // straight to archived), under the session's claim and on its record as it is now. An
@@ -243,6 +266,7 @@ func (s *Service) suspendLocked(ctx context.Context, sess *Session, reason strin
 	if err := s.cfg.Store.UpdateSession(ctx, &next); err != nil {
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := sp.Suspend(ctx, sess.Sandbox); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		// Recorded suspended: the reconciler stops it, and a call wakes it meanwhile.
@@ -289,7 +313,7 @@ func (s *Service) wake(ctx context.Context, sess *Session) (*Session, error) {
 // wakeWait is how long a call waits for its session's wake before it answers a
 // retryable error (the wake goes on). A store or an engine that hangs never holds a
 // call for longer.
-var wakeWait = 25 * time.Second
+var wakeWait = 28 * time.Second
 
 func wakeKey(tenant, id string) string { return "wake:" + tenant + ":" + id }
 
@@ -420,6 +444,17 @@ func (s *Service) lifecycleAudit(sess *Session, what, why string) {
 		Tool: "session." + what, Decision: "allow", Outcome: cmp.Or(why, "ok")})
 }
 
+// actionAudit records an action a caller took on a session (renew, snapshot, fork) in
+// the audit stream, with what it made (target).
+func (s *Service) actionAudit(caller Caller, id, what, target string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: caller.Tenant, Subject: caller.Subject, Session: id,
+		Tool: "session." + what, Decision: "allow", Outcome: outcome, Target: target})
+}
+
 // idleSuspend suspends every ready session idle for longer than its suspendAfter, and
 // archives every suspended one asleep for longer than archiveAfter. It returns how many
 // moved.
@@ -436,7 +471,7 @@ func (s *Service) idleSuspend(ctx context.Context, all []*Session) int {
 		switch sess.State {
 		case StateReady:
 			after := s.suspendAfter(sess.ID, tp.SuspendAfter.Std())
-			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) {
+			if after <= 0 || now.Sub(sess.LastUsed) < after || s.renewals.pending(sess.Tenant, sess.ID) || s.calling(sess.ID) {
 				continue
 			}
 			if _, err := s.suspend(ctx, sess, "idle"); err != nil {
@@ -660,11 +695,12 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	}
 	if err != nil {
 		_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
-		if sess.State == StateSuspended {
-			s.stopQuietly(ctx, sess)
+		if sess.State == StateSuspended && !errors.Is(err, errClaimLost) {
+			s.stopQuietly(ctx, sess) // not when lost: its new holder may have woken it
 		}
 		return nil, err
 	}
+	s.usage.clearLive(sess.Tenant, sess.ID)
 	s.endAgent(sess.Sandbox)
 	if err := s.cfg.Sandboxes.Remove(ctx, sess.Sandbox); err != nil {
 		s.log.Warn("archive: remove the sandbox (the reconciler will)", "session", sess.ID, "sandbox", sess.Sandbox, "err", err)
@@ -742,7 +778,7 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
 	}
 	t0 := time.Now()
-	spec := s.withTestSpec(s.spec(sess, tp, sess.Env, false))
+	spec := s.withTestSpec(s.spec(ctx, sess, tp, sess.Env, false))
 	info, err := s.cfg.Sandboxes.Create(ctx, spec)
 	if errors.Is(err, sandbox.ErrExists) {
 		// What an archive cut short left (its record written, the removal not): the

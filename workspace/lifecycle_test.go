@@ -553,3 +553,35 @@ func TestWakeFromBrokenArchive(t *testing.T) {
 		t.Errorf("the failed wake left sandboxes: %+v", boxes)
 	}
 }
+
+// TestActionsAudited: renew, snapshot and fork are in the session's audit timeline,
+// with the caller and what each made.
+func TestActionsAudited(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	if _, err := l.svc.RenewSession(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "audited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := l.svc.Fork(ctx, l.caller, l.id, 1)
+	if err != nil || fork.Errors[0] != nil {
+		t.Fatalf("fork: %v %v", err, fork)
+	}
+	want := map[string]string{"session.renew": "", "session.snapshot": snap.ID, "session.fork": fork.Sessions[0].ID}
+	eventually(t, "renew, snapshot and fork in the audit timeline", func() bool {
+		recs, err := l.svc.SessionAudit(ctx, l.caller, l.id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, r := range recs {
+			if target, ok := want[r.Tool]; ok && r.Target == target && r.Subject == "alice" && r.Outcome == "ok" {
+				found++
+			}
+		}
+		return found == len(want)
+	})
+}

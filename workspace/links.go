@@ -138,9 +138,9 @@ func (s *Service) OpenLink(ctx context.Context, token string) (Caller, string, i
 	if !ok || len(token) > 2048 {
 		return Caller{}, "", 0, notFound
 	}
-	payload, err1 := base64.RawURLEncoding.DecodeString(p)
-	mac, err2 := base64.RawURLEncoding.DecodeString(m)
-	if err1 != nil || err2 != nil {
+	payload, ok1 := decodeCanonical(p)
+	mac, ok2 := decodeCanonical(m)
+	if !ok1 || !ok2 {
 		return Caller{}, "", 0, notFound
 	}
 	key, err := s.linkKey(ctx)
@@ -169,6 +169,17 @@ func (s *Service) OpenLink(ctx context.Context, token string) (Caller, string, i
 		return Caller{}, "", 0, notFound
 	}
 	return Caller{Tenant: c.Tenant, Subject: "link:" + c.ID, Scopes: []string{auth.ScopePorts}}, c.Session, c.Port, nil
+}
+
+// decodeCanonical decodes s, unpadded base64url, only if s is how the bytes are
+// encoded: a capability has one spelling. The decoder alone would also take a last
+// character whose unused low bits are set, and line breaks anywhere.
+func decodeCanonical(s string) ([]byte, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != s {
+		return nil, false
+	}
+	return b, true
 }
 
 // CheckPort reports whether caller may reach port of session id now: the session is

@@ -30,6 +30,13 @@ type NetObserver interface {
 	NetConn(tenant, direction, decision string, out, in int64)
 }
 
+// SecretObserver is what an Observer may implement to count the secrets the egress
+// proxy put into requests (outcome "injected") or refused to ("refused"; secret "" for
+// a placeholder not of the session).
+type SecretObserver interface {
+	SecretUse(tenant, secret, outcome string)
+}
+
 func netObserver(o Observer) NetObserver {
 	if n, ok := o.(NetObserver); ok {
 		return n
@@ -82,7 +89,8 @@ func (s *Service) serveEgress(sandboxID string, conn net.Conn) {
 	}
 	o := v.(owner)
 	s.cfg.Egress.Serve(context.Background(), conn, egress.Target{Tenant: o.tenant, Session: o.id,
-		Policy: func(ctx context.Context) (egress.Policy, error) { return s.egressPolicy(ctx, o.tenant, o.id) }})
+		Policy:  func(ctx context.Context) (egress.Policy, error) { return s.egressPolicy(ctx, o.tenant, o.id) },
+		Secrets: func(ctx context.Context) ([]egress.Secret, error) { return s.egressSecrets(ctx, o.tenant, o.id) }})
 }
 
 // egressPolicy is the network policy in force for a session: its tenant's, narrowed by
@@ -112,10 +120,19 @@ func (s *Service) egressRecord(r egress.Record) {
 	}
 	s.record(AuditRecord{Time: s.cfg.Now().UTC(), Tenant: r.Tenant, Session: r.Session, Tool: "egress",
 		Decision: decision, Outcome: r.Decision, Duration: r.Took.Seconds(), Rule: r.Reason,
-		Target: net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), BytesOut: r.BytesOut, BytesIn: r.BytesIn})
+		Target: net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), BytesOut: r.BytesOut, BytesIn: r.BytesIn, Secrets: strings.Join(r.Secrets, ",")})
 	s.noteEgress(r.Tenant, r.Session, r.Decision == "allowed", r.BytesOut, r.BytesIn)
 	if n := netObserver(s.obs); n != nil {
 		n.NetConn(r.Tenant, "out", r.Decision, r.BytesOut, r.BytesIn)
+	}
+	if so, ok := s.obs.(SecretObserver); ok {
+		for _, name := range r.Secrets {
+			outcome := "injected"
+			if r.Decision != "allowed" {
+				outcome = "refused"
+			}
+			so.SecretUse(r.Tenant, name, outcome)
+		}
 	}
 	if r.Decision != "allowed" {
 		s.log.Info("egress refused", "tenant", r.Tenant, "session", r.Session, "target", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), "why", r.Reason)

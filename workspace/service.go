@@ -19,6 +19,7 @@ import (
 	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/snapshot"
 	"github.com/cwsdev/cws/workspace/policy"
 	"github.com/cwsdev/cws/workspace/tool"
@@ -85,6 +86,10 @@ type Config struct {
 	// Egress is the workspaces' egress proxy (package egress); nil: every connection a
 	// workspace makes to its proxy is refused.
 	Egress *egress.Proxy
+	// SecretsKey seals the tenants' secrets (secrets.go); nil: the secrets API answers
+	// ErrNotConfigured and no session may ask for a secret. Their injection also needs
+	// Egress.CA (LoadSecretsCA).
+	SecretsKey *secrets.Key
 	// MaxPortConns is the most exchanges with a session's ports (proxied requests,
 	// WebSockets, port forwards) under way at once on this replica; past it HoldPort
 	// is ErrQuota. Each holds up to the agent connection's stream window in cws while
@@ -171,6 +176,8 @@ type Service struct {
 	wakeStarts sync.Map
 	portConns  sync.Map          // sandbox ID → *atomic.Int64: its exchanges under way (HoldPort)
 	quiet      [256]sync.RWMutex // by session id's hash: writes read-lock, a snapshot locks (quiesce)
+	inflightMu sync.Mutex
+	inflight   map[string]int // session id → its calls under way on this replica
 
 	mu        sync.Mutex
 	agents    map[string]*agent.Client // by sandbox id
@@ -224,7 +231,7 @@ func New(cfg Config) *Service {
 	cfg.Store = invalidatingStore{Store: cfg.Store, cache: cache, deleted: usage.drop}
 	s := &Service{
 		cfg: cfg, log: cfg.Log.With("component", "workspace"), obs: cfg.Observer, fobs: faults(cfg.Observer),
-		catalog:  NewCatalog(cfg.Tools...),
+		catalog: NewCatalog(cfg.Tools...), inflight: map[string]int{},
 		audit:    make(chan AuditRecord, 4096),
 		sessions: cache, renewals: newRenewals(cfg.RenewFlush), stopWatcher: func() {}, batcher: batcher,
 		agents: map[string]*agent.Client{}, policies: map[string]cachedPolicy{}, healing: map[string]*healing{},

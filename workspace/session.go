@@ -41,6 +41,19 @@ type Session struct {
 	// Notes say what a restore into this session had to change (names an older cws
 	// stored without their bytes, renamed where they clashed).
 	Notes []string `json:"notes,omitempty"`
+
+	// Secrets are the tenant's secrets the session asked for at create: the workspace
+	// sees only each one's placeholder, in its variable (secrets.go).
+	Secrets []SessionSecret `json:"secrets,omitempty"`
+}
+
+// SessionSecret is one secret a session uses: the variable that holds its
+// placeholder, the secret's name, and the placeholder (not secret: useless anywhere
+// but in this session's requests through the proxy).
+type SessionSecret struct {
+	Env         string `json:"env"`
+	Name        string `json:"name"`
+	Placeholder string `json:"placeholder"`
 }
 
 // Asleep reports whether the session's sandbox is down (suspended or archived): a
@@ -90,4 +103,7 @@ type AuditRecord struct {
 	Target   string `json:"target,omitempty"`
 	BytesOut int64  `json:"bytesOut,omitempty"`
 	BytesIn  int64  `json:"bytesIn,omitempty"`
+	// Secrets names the secrets the proxy put into the exchange, comma-separated,
+	// never a value.
+	Secrets string `json:"secrets,omitempty"`
 }

@@ -26,8 +26,11 @@ type CreateRequest struct {
 	IdempotencyKey string            `json:"-"`
 	// Snapshot makes the session from one of the tenant's snapshots: its files, and
 	// its image, env and labels unless the request sets them.
-	Snapshot       string `json:"snapshot,omitempty"`
-	defaultSession bool   // the caller's default session: its container says so
+	Snapshot string `json:"snapshot,omitempty"`
+	// Secrets are the tenant's secrets the session uses: variable → secret name. The
+	// variable holds a placeholder; the egress proxy puts the value in (secrets.go).
+	Secrets        map[string]string `json:"secrets,omitempty"`
+	defaultSession bool              // the caller's default session: its container says so
 	// restore fills the new workspace before the session is handed out (a snapshot's
 	// or a fork's files); an error ends the session.
 	restore func(ctx context.Context, sess *Session) error
@@ -117,6 +120,10 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 	if err := tp.Narrow(nil).CheckEnv(req.Env); err != nil {
 		return nil, err
 	}
+	secs, err := s.sessionSecrets(ctx, caller.Tenant, tp, req.Secrets, req.Env)
+	if err != nil {
+		return nil, err
+	}
 	idle := s.cfg.DefaultIdleTTL
 	if tp.SessionTTL > 0 {
 		idle = tp.SessionTTL.Std()
@@ -129,7 +136,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		life = tp.MaxLifetime.Std()
 	}
 	sess := &Session{ID: id, Tenant: caller.Tenant, Subject: caller.Subject, Image: image, State: StateCreating,
-		Labels: req.Labels, Env: req.Env, CreatedAt: start.UTC(), LastUsed: start.UTC(), IdleTTL: idle, ExpiresAt: start.Add(life).UTC()}
+		Labels: req.Labels, Env: req.Env, Secrets: secs, CreatedAt: start.UTC(), LastUsed: start.UTC(), IdleTTL: idle, ExpiresAt: start.Add(life).UTC()}
 	if err := s.cfg.Store.CreateSession(ctx, sess, tp.MaxSessions); err != nil {
 		if errors.Is(err, ErrQuota) {
 			return nil, fmt.Errorf("%w: tenant %s may hold %d sessions: delete one first", ErrQuota, caller.Tenant, tp.MaxSessions)
@@ -146,7 +153,7 @@ func (s *Service) create(ctx context.Context, caller Caller, tp *policy.Policy, 
 		_ = s.cfg.Store.DeleteSession(bg, sess.Tenant, sess.ID)
 		return cause
 	}
-	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(sess, tp, req.Env, req.defaultSession)))
+	info, err := s.cfg.Sandboxes.Create(ctx, s.withTestSpec(s.spec(ctx, sess, tp, req.Env, req.defaultSession)))
 	if err != nil {
 		return nil, cleanup(fmt.Errorf("%w: create sandbox: %v", ErrUnavailable, err))
 	}
@@ -189,7 +196,7 @@ func (s *Service) image(tp *policy.Policy, want string) (string, error) {
 	return want, nil
 }
 
-func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string, dflt bool) sandbox.Spec {
+func (s *Service) spec(ctx context.Context, sess *Session, tp *policy.Policy, env map[string]string, dflt bool) sandbox.Spec {
 	lim := s.cfg.DefaultLimits
 	if l := tp.Limits; l != nil {
 		if l.CPUs > 0 {
@@ -208,8 +215,17 @@ func (s *Service) spec(sess *Session, tp *policy.Policy, env map[string]string, 
 			lim.FileSizeBytes = l.FileSizeMB << 20
 		}
 	}
+	env = maps.Clone(env)
+	delete(env, agent.EnvEgressCA) // only cws sets them
+	delete(env, agent.EnvEgressVars)
+	if se := s.secretEnv(ctx, sess); se != nil {
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, se)
+	}
 	return sandbox.Spec{Session: sess.ID, Tenant: sess.Tenant, Subject: sess.Subject, Image: sess.Image, Expires: sess.ExpiresAt,
-		Network: tp.DirectNetwork(), Env: maps.Clone(env), Labels: maps.Clone(sess.Labels), Limits: lim, Default: dflt}
+		Network: tp.DirectNetwork(), Env: env, Labels: maps.Clone(sess.Labels), Limits: lim, Default: dflt}
 }
 
 // withTestSpec applies the test-only Config knobs to a Spec.
@@ -312,6 +328,7 @@ func (s *Service) RenewSession(ctx context.Context, caller Caller, id string) (*
 		return nil, err
 	}
 	sess.LastUsed = now.UTC()
+	s.actionAudit(caller, id, "renew", "", nil)
 	return sess, nil
 }
 

@@ -53,6 +53,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, caller Caller, id, name st
 		meta.ExpiresAt = meta.CreatedAt.Add(ttl)
 	}
 	snap, err := s.capture(ctx, sess, meta, limit)
+	s.actionAudit(caller, id, "snapshot", meta.ID, err)
 	if errors.Is(err, snapshot.ErrTooLarge) {
 		return nil, &policy.Violation{Err: ErrQuota, Rule: "maxSnapshotBytes",
 			Detail: fmt.Sprintf("the tenant's snapshots may hold %d bytes of files together (maxSnapshotBytes), and this workspace does not fit in what is left: delete a snapshot first", tp.MaxSnapshotBytes)}
@@ -256,7 +257,11 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 					g := wholeTree
 					_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, io.NewSectionReader(f, 0, 1<<62))
 					if err != nil {
-						return fmt.Errorf("%w: its files could not be written back: %v", ErrUnavailable, restoreError(err))
+						kind := ErrUnavailable
+						if errors.Is(mapAgentError(err), ErrTooLarge) {
+							kind = ErrTooLarge // a full disk fails the same way again
+						}
+						return fmt.Errorf("%w: its files could not be written back: %v", kind, restoreError(err))
 					}
 					return nil
 				}})
@@ -264,12 +269,17 @@ func (s *Service) Fork(ctx context.Context, caller Caller, id string, count int)
 		})
 	}
 	wg.Wait()
-	made := 0
+	made, forks := 0, []string{}
+	var failed error // the first fork's that failed
 	for i := range res.Sessions {
 		if res.Errors[i] == nil {
 			made++
+			forks = append(forks, res.Sessions[i].ID)
+		} else if failed == nil {
+			failed = res.Errors[i]
 		}
 	}
+	s.actionAudit(caller, id, "fork", strings.Join(forks, " "), failed)
 	lifecycle(s.obs).Forked(made, time.Since(start))
 	s.log.Info("session forked", "session", id, "tenant", caller.Tenant, "asked", count, "made", made, "took", time.Since(start).Round(time.Millisecond))
 	return res, nil

@@ -51,9 +51,29 @@ type Store interface {
 	Audit(ctx context.Context, r AuditRecord) error
 	RecentAudit(ctx context.Context, n int) ([]AuditRecord, error)
 
+	// PutSecret records a tenant's secret, replacing one of the same name.
+	PutSecret(ctx context.Context, tenant string, sec *SecretRecord) error
+	// GetSecret returns a tenant's secret; another tenant's, or a missing one, is
+	// ErrNotFound.
+	GetSecret(ctx context.Context, tenant, name string) (*SecretRecord, error)
+	// ListSecrets lists a tenant's secrets by name.
+	ListSecrets(ctx context.Context, tenant string) ([]*SecretRecord, error)
+	// DeleteSecret removes a tenant's secret; ErrNotFound if missing.
+	DeleteSecret(ctx context.Context, tenant, name string) error
+
 	// Ping checks the store is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error
+}
+
+// SecretRecord is a tenant's secret as stored: its value only sealed (package secrets,
+// bound to the tenant and the name).
+type SecretRecord struct {
+	Name      string    `json:"name"`
+	Hosts     []string  `json:"hosts"`
+	Sealed    []byte    `json:"sealed"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // AuditBatcher is what a Store may implement to append many audit records in one round

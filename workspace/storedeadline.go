@@ -167,3 +167,23 @@ func (b *BoundedStore) GetState(ctx context.Context, tenant, id, key string) ([]
 func (b *BoundedStore) PutState(ctx context.Context, tenant, id, key string, value []byte) error {
 	return bound0(b, ctx, "put state", func(ctx context.Context) error { return b.inner.PutState(ctx, tenant, id, key, value) })
 }
+
+// PutSecret is Store.PutSecret, bounded.
+func (b *BoundedStore) PutSecret(ctx context.Context, tenant string, sec *SecretRecord) error {
+	return bound0(b, ctx, "put secret", func(ctx context.Context) error { return b.inner.PutSecret(ctx, tenant, sec) })
+}
+
+// GetSecret is Store.GetSecret, bounded.
+func (b *BoundedStore) GetSecret(ctx context.Context, tenant, name string) (*SecretRecord, error) {
+	return bound(b, ctx, "get secret", func(ctx context.Context) (*SecretRecord, error) { return b.inner.GetSecret(ctx, tenant, name) })
+}
+
+// ListSecrets is Store.ListSecrets, bounded.
+func (b *BoundedStore) ListSecrets(ctx context.Context, tenant string) ([]*SecretRecord, error) {
+	return bound(b, ctx, "list secrets", func(ctx context.Context) ([]*SecretRecord, error) { return b.inner.ListSecrets(ctx, tenant) })
+}
+
+// DeleteSecret is Store.DeleteSecret, bounded.
+func (b *BoundedStore) DeleteSecret(ctx context.Context, tenant, name string) error {
+	return bound0(b, ctx, "delete secret", func(ctx context.Context) error { return b.inner.DeleteSecret(ctx, tenant, name) })
+}

@@ -32,7 +32,7 @@ type Usage struct {
 	EgressBytesIn   int64     `json:"egressBytesIn"`
 	EgressCalls     int64     `json:"egressConnections"`
 	EgressDenied    int64     `json:"egressDenied"`
-	SampledAt       time.Time `json:"sampledAt,omitzero"` // the engine's sample; zero: none yet
+	SampledAt       time.Time `json:"sampledAt,omitzero"` // the running sandbox's last sample; zero: none since it started
 	DiskSampledAt   time.Time `json:"diskSampledAt,omitzero"`
 
 	source string // "engine" or "cgroup": CPU deltas are counted within one source
@@ -81,12 +81,13 @@ func (t *usageTable) update(tenant, id string, f func(*Usage)) {
 	f(u)
 }
 
-// clearLive zeroes what only a running sandbox has.
+// clearLive zeroes what only a running sandbox has, and its sample's time: a woken
+// session has no sample until the next one (its CPU time and disk stay as last seen).
 func (t *usageTable) clearLive(tenant, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if u := t.m[tenant+"/"+id]; u != nil {
-		u.MemoryBytes, u.Processes, u.source = 0, 0, ""
+		u.MemoryBytes, u.Processes, u.source, u.SampledAt = 0, 0, "", time.Time{}
 	}
 }
 

@@ -86,3 +86,39 @@ func TestUsageCostsNothingPerRead(t *testing.T) {
 		t.Error("AdminSessions without --admin-tenant answered")
 	}
 }
+
+// TestUsageAcrossSuspend: a suspended session keeps its CPU time and disk and has no
+// live figures; after a resume it has no sample (sampledAt is absent) until the next
+// collection, rather than the zeros of the sleep.
+func TestUsageAcrossSuspend(t *testing.T) {
+	tp, _ := policy.Parse([]byte("{}"))
+	drv := &countingStats{Local: sandboxtest.New(t)}
+	svc := workspace.New(workspace.Config{Tools: toolset.All(), Store: memstore.New(), Sandboxes: drv,
+		Tenants: tenants{testTenant: tp}, DefaultImage: "test-image"})
+	t.Cleanup(svc.Close)
+	caller := workspace.Caller{Tenant: testTenant, Subject: "alice", Scopes: auth.AllScopes()}
+	ctx := context.Background()
+	s, err := svc.CreateSession(ctx, caller, workspace.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.CollectUsage(ctx)
+	before, _ := svc.UsageOf(ctx, caller, s.ID)
+	if _, err := svc.Suspend(ctx, caller, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := svc.UsageOf(ctx, caller, s.ID)
+	if u.MemoryBytes != 0 || u.Processes != 0 || !u.SampledAt.IsZero() || u.CPUSeconds != before.CPUSeconds || u.DiskSampledAt != before.DiskSampledAt {
+		t.Errorf("suspended: usage %+v, was %+v", u, before)
+	}
+	if _, err := svc.Resume(ctx, caller, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := svc.UsageOf(ctx, caller, s.ID); !u.SampledAt.IsZero() {
+		t.Errorf("resumed, before a collection: usage %+v, want no sample", u)
+	}
+	svc.CollectUsage(ctx)
+	if u, _ := svc.UsageOf(ctx, caller, s.ID); u.SampledAt.IsZero() || u.MemoryBytes != 64<<20 {
+		t.Errorf("resumed, after a collection: usage %+v", u)
+	}
+}

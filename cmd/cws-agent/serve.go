@@ -66,8 +66,11 @@ func runServe(args []string) error {
 			el = nil
 		} else {
 			baseEnv = agent.ProxyEnv()
+			egressSecrets(log, baseEnv)
 		}
 	}
+	os.Unsetenv(agent.EnvEgressCA)
+	os.Unsetenv(agent.EnvEgressVars)
 	srv, err := server.New(server.Config{Root: root, Version: version.Version, Log: log, Launcher: self,
 		StateDir: requestsDir(), ProcDir: procDir(), SameUID: in.sameUID, Fenced: fenced, BaseEnv: baseEnv})
 	if err != nil {

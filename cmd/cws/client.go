@@ -26,7 +26,7 @@ const defaultServer = "http://127.0.0.1:9960"
 // upload, download, doctor).
 func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(sessionsCmd(getenv), snapshotsCmd(getenv), callCmd(getenv), uploadCmd(getenv), downloadCmd(getenv), diffCmd(getenv), doctorCmd(getenv),
-		portForwardCmd(getenv), portsCmd(getenv), execCmd(getenv), attachCmd(getenv))
+		portForwardCmd(getenv), portsCmd(getenv), secretsCmd(getenv), execCmd(getenv), attachCmd(getenv))
 }
 
 // clientFlags are the connection and output flags every client command takes.

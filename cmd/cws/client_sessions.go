@@ -49,7 +49,7 @@ Examples:
 func sessionsCreateCmd(cf *clientFlags) *cobra.Command {
 	var req api.CreateSessionRequest
 	var ttl time.Duration
-	var env, labels []string
+	var env, labels, secretFlags []string
 	var idemKey string
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -65,6 +65,7 @@ Examples:
   cws sessions create
   cws sessions create --image cws-workspace:0.1.0 --ttl 2h --env LANG=C.UTF-8 --label ci-job=42
   cws sessions create --idempotency-key "build-$CI_JOB_ID" -o json
+  cws sessions create --secret GITHUB_TOKEN=gh-token   # see cws secrets
   cws sessions create --snapshot snap-abc…      # its files, image, env and labels`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -76,6 +77,9 @@ Examples:
 				return err
 			}
 			if req.Labels, err = keyValues("--label", labels); err != nil {
+				return err
+			}
+			if req.Secrets, err = keyValues("--secret", secretFlags); err != nil {
 				return err
 			}
 			if ttl < 0 {
@@ -112,6 +116,7 @@ Examples:
 	f.DurationVar(&ttl, "ttl", 0, "idle TTL, e.g. 30m (default: the tenant's; capped by its policy)")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V for commands in the workspace (repeatable)")
 	f.StringArrayVar(&labels, "label", nil, "label K=V to find the session by later (repeatable)")
+	f.StringArrayVar(&secretFlags, "secret", nil, "ENV=NAME: the tenant's secret NAME, as a placeholder in ENV that cws's egress proxy replaces for the secret's hosts (repeatable)")
 	f.StringVar(&idemKey, "idempotency-key", "", "make retries safe: the same key returns the same session for 24 h")
 	f.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot of the tenant's (its files, and its image, env and labels unless given)")
 	return cmd

@@ -17,8 +17,10 @@ import (
 	"github.com/cwsdev/cws/api"
 	"github.com/cwsdev/cws/api/mcp"
 	"github.com/cwsdev/cws/auth"
+	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/metrics"
 	"github.com/cwsdev/cws/sandbox/sandboxtest"
+	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/cwsdev/cws/workspace/memstore"
 	"github.com/cwsdev/cws/workspace/policy"
@@ -45,8 +47,13 @@ func newTestServer(t *testing.T) *testServer {
 	pols := policy.ByTenant{auth.DevTenantID: policy.Default()}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test", Commit: "test"})
+	key, _ := secrets.ParseKey(strings.Repeat("07", 32))
+	ca, _, err := egress.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: sandboxtest.New(t), Tenants: pols,
-		Observer: m, DefaultImage: "test-image", PolicyTTL: time.Nanosecond})
+		Observer: m, DefaultImage: "test-image", PolicyTTL: time.Nanosecond, SecretsKey: key, Egress: &egress.Proxy{CA: ca}})
 	t.Cleanup(svc.Close)
 	verifier := auth.NewVerifier(tenants, auth.VerifierOptions{})
 	hs := httptest.NewUnstartedServer(nil)
@@ -472,4 +479,39 @@ func TestDoctorBrokenPolicy(t *testing.T) {
 		"✘ tenant globex: policy "+filepath.Join(dir, "broken.json"), "→ fix "+filepath.Join(dir, "broken.json"),
 		"- cws at "+closed.URL+": not answering",
 		"check(s) failed")
+}
+
+// TestClientSecrets: set (from a file, never printed), list (no value), a session
+// created with --secret shows it by name, delete; a missing --host and a token without
+// the scope are clear errors.
+func TestClientSecrets(t *testing.T) {
+	s := newTestServer(t)
+	tenants, _ := auth.DevTenants([]byte(testSecret))
+	tok, err := tenants.Get(auth.DevTenantID).Mint("alice", time.Hour, "", append(auth.AllScopes(), auth.ScopeSecrets), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CWS_TOKEN": tok}
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("ghp_CLIVALUE\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := s.cli(t, env, "secrets", "set", "gh-token", "--host", "github.com", "--host", "*.github.com", "--from-file", file)
+	if err != nil || strings.TrimSpace(out) != "gh-token" || strings.Contains(out+errOut, "ghp_") {
+		t.Fatalf("set: %q %q %v", out, errOut, err)
+	}
+	out, _, err = s.cli(t, env, "secrets", "list")
+	if err != nil || !strings.Contains(out, "gh-token") || !strings.Contains(out, "github.com,*.github.com") || strings.Contains(out, "ghp_") {
+		t.Errorf("list: %q %v", out, err)
+	}
+	out, _, err = s.cli(t, env, "sessions", "create", "--secret", "GITHUB_TOKEN=gh-token", "-o", "json")
+	if err != nil || !strings.Contains(out, `"GITHUB_TOKEN": "gh-token"`) {
+		t.Errorf("create --secret: %q %v", out, err)
+	}
+	wantContains(t, "set without --host", s.fails(t, env, "secrets", "set", "x", "--from-file", file), "--host")
+	wantContains(t, "list without the scope", s.fails(t, nil, "secrets", "list"), "secrets")
+	wantContains(t, "create --secret unknown", s.fails(t, env, "sessions", "create", "--secret", "X=nope"), `unknown secret "nope"`)
+	if out, _, err := s.cli(t, env, "secrets", "delete", "gh-token"); err != nil || strings.TrimSpace(out) != "gh-token" {
+		t.Errorf("delete: %q %v", out, err)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cwsdev/cws/egress"
 	"github.com/cwsdev/cws/sandbox/docker"
 	"github.com/cwsdev/cws/sandbox/kube"
+	"github.com/cwsdev/cws/secrets"
 	"github.com/cwsdev/cws/version"
 	"github.com/cwsdev/cws/workspace"
 	"github.com/spf13/pflag"
@@ -77,8 +78,12 @@ type Config struct {
 	EgressDeny         []string      // CIDRs the proxy always refuses (cluster service and pod ranges)
 	EgressIdle         time.Duration // an egress connection that moves nothing this long is closed
 	EgressResolve      []string      // NAME=IP pins, ahead of DNS
-	PreviewDomain      string        // host-based preview links: {port}-{session}.DOMAIN
-	PreviewMaxConns    int           // exchanges under way at once with one session's ports
+	// SecretsKeyFile holds the key that seals the tenants' secrets (32 random bytes,
+	// hex); SecretsKey is it given directly (CWS_SECRETS_KEY). Neither: no secrets.
+	SecretsKeyFile, SecretsKey string
+	secretsKey                 *secrets.Key // parsed by validate
+	PreviewDomain              string       // host-based preview links: {port}-{session}.DOMAIN
+	PreviewMaxConns            int          // exchanges under way at once with one session's ports
 
 	AdminTenant string        // tenant whose tokens with scope admin see every tenant
 	UsageEvery  time.Duration // how often sessions' usage is sampled; 0: never
@@ -123,6 +128,8 @@ func (c *Config) flags(f *pflag.FlagSet, getenv func(string) string) {
 	f.StringArrayVar(&c.EgressAllowPrivate, "egress-allow-private", envList(getenv, "CWS_EGRESS_ALLOW_PRIVATE"), "a CIDR or IP the workspaces' egress proxy may reach although it is private, loopback or link-local (an on-prem mirror, a test server); repeatable [CWS_EGRESS_ALLOW_PRIVATE, comma-separated]")
 	f.StringArrayVar(&c.EgressDeny, "egress-deny", envList(getenv, "CWS_EGRESS_DENY"), "a CIDR the egress proxy never reaches, whatever the policy (a cluster's service or pod range that is not private); repeatable [CWS_EGRESS_DENY]")
 	f.StringArrayVar(&c.EgressResolve, "egress-resolve", envList(getenv, "CWS_EGRESS_RESOLVE"), "NAME=IP: resolve NAME to IP for the egress proxy, ahead of DNS, like curl --resolve (names without DNS; tests); the address is still checked; repeatable [CWS_EGRESS_RESOLVE]")
+	f.StringVar(&c.SecretsKeyFile, "secrets-key-file", getenv("CWS_SECRETS_KEY_FILE"), "file holding the key that seals the tenants' secrets: 32 random bytes, hex-encoded (openssl rand -hex 32); without it (or CWS_SECRETS_KEY) the secrets API answers 501 [CWS_SECRETS_KEY_FILE]")
+	c.SecretsKey = getenv("CWS_SECRETS_KEY")
 	f.DurationVar(&c.EgressIdle, "egress-idle-timeout", envDuration(getenv, "CWS_EGRESS_IDLE_TIMEOUT", 5*time.Minute), "close an egress connection that moved nothing either way for this long [CWS_EGRESS_IDLE_TIMEOUT]")
 	f.IntVar(&c.PreviewMaxConns, "preview-max-conns", envInt(getenv, "CWS_PREVIEW_MAX_CONNS", workspace.DefaultMaxPortConns), "the most exchanges under way at once with one session's ports (proxied requests, WebSockets, port-forward tunnels), on this replica; more answer 429 [CWS_PREVIEW_MAX_CONNS]")
 	f.StringVar(&c.PreviewDomain, "preview-domain", getenv("CWS_PREVIEW_DOMAIN"), "make preview links host-based, https://PORT-SESSION.DOMAIN/ (a wildcard DNS name and certificate for *.DOMAIN pointing at cws); empty: path-based links under --public-url [CWS_PREVIEW_DOMAIN]")
@@ -232,6 +239,20 @@ func (c *Config) validate() error {
 	for _, r := range c.EgressResolve {
 		if _, _, err := parseResolve(r); err != nil {
 			return err
+		}
+	}
+	if c.SecretsKeyFile != "" {
+		b, err := os.ReadFile(c.SecretsKeyFile)
+		if err != nil {
+			return fmt.Errorf("--secrets-key-file: %v", err)
+		}
+		if c.secretsKey, err = secrets.ParseKey(string(b)); err != nil {
+			return fmt.Errorf("--secrets-key-file %s: %v", c.SecretsKeyFile, err)
+		}
+	} else if c.SecretsKey != "" {
+		var err error
+		if c.secretsKey, err = secrets.ParseKey(c.SecretsKey); err != nil {
+			return fmt.Errorf("CWS_SECRETS_KEY: %v", err)
 		}
 	}
 	if c.SuspendAfter < 0 || c.ArchiveAfter < 0 {

@@ -156,9 +156,19 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		log.Warn("no snapshot store (--snapshot-store none): snapshots and archiving are off")
 	}
 	proxy := newEgressProxy(cfg, log)
+	if cfg.secretsKey != nil {
+		// The CA every replica shows for secrets' hosts, kept sealed in the store.
+		if proxy.CA, err = workspace.LoadSecretsCA(ctx, store, cfg.secretsKey, time.Now()); err != nil {
+			log.Error("secrets can't be put into requests: the egress CA is unavailable; sessions asking for secrets are refused", "err", err)
+		} else {
+			log.Info("secrets on: values sealed with the secrets key, put into requests by the egress proxy")
+		}
+	} else {
+		log.Info("secrets off (no --secrets-key-file or CWS_SECRETS_KEY): the secrets API answers 501")
+	}
 	svc := workspace.New(workspace.Config{Egress: proxy, MaxPortConns: cfg.PreviewMaxConns, AdminTenant: cfg.AdminTenant, UsageEvery: cfg.UsageEvery, Tools: toolset.All(), Diff: toolset.Diff, Store: store, Sandboxes: driver, Tenants: pols, Observer: m, Log: log, DefaultImage: cfg.DefaultImage,
 		SessionCacheSize: cacheSize(cfg.SessionCacheSize), RenewFlush: cfg.RenewFlush, LocalReads: localReads(cfg.LocalReads, transportName(driver), log),
-		DefaultIdleTTL: cfg.SessionTTL, DefaultMaxLife: cfg.MaxLifetime, SuspendAfter: cfg.SuspendAfter, ArchiveAfter: cfg.ArchiveAfter, Snapshots: snaps})
+		SecretsKey: cfg.secretsKey, DefaultIdleTTL: cfg.SessionTTL, DefaultMaxLife: cfg.MaxLifetime, SuspendAfter: cfg.SuspendAfter, ArchiveAfter: cfg.ArchiveAfter, Snapshots: snaps})
 	defer svc.Close()
 	var tools []string
 	for _, t := range svc.Catalog().Tools() {

@@ -37,7 +37,7 @@ func TestTokenScopes(t *testing.T) {
 		{"space-separated", []string{"--scope", "tools:read tools:write"}, []string{auth.ScopeToolsRead, auth.ScopeToolsWrite}, ""},
 		{"repeated and comma-separated", []string{"--scope", "tools:exec,archive", "--scope", "sessions", "--scope", "archive"},
 			[]string{auth.ScopeToolsExec, auth.ScopeArchive, auth.ScopeSessions}, ""},
-		{"unknown", []string{"--scope", "tools:read tools:all"}, nil, `--scope: unknown scope "tools:all" (known: tools:read, tools:write, tools:exec, sessions, archive, ports, admin)`},
+		{"unknown", []string{"--scope", "tools:read tools:all"}, nil, `--scope: unknown scope "tools:all" (known: tools:read, tools:write, tools:exec, sessions, archive, ports, secrets, admin)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

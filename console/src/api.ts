@@ -91,7 +91,8 @@ export interface Usage {
   egressBytesIn: number;
   egressConnections: number;
   egressDenied: number;
-  sampledAt?: string;
+  sampledAt?: string; // the running sandbox's last sample; absent: none since it started
+  diskSampledAt?: string;
 }
 
 export interface Session {
@@ -108,6 +109,8 @@ export interface Session {
   suspendedAt?: string;
   mcpUrl: string;
   usage?: Usage;
+  /** The secrets the session uses: variable → secret name (never a value). */
+  secrets?: Record<string, string>;
 }
 
 export interface AuditRecord {

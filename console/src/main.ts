@@ -54,6 +54,71 @@ function errorBox(e: unknown): HTMLElement {
   return h("p", { class: "error", role: "alert" }, msg);
 }
 
+// ask shows an in-page modal dialog (not the browser's prompt or confirm) holding
+// fields, and resolves with the form's values, or null when it is cancelled (Cancel,
+// Escape). check may refuse the values with a message shown on the form.
+function ask(title: string, fields: HTMLElement[], submit: string, opts: { danger?: boolean; check?: (f: FormData) => string } = {}): Promise<FormData | null> {
+  return new Promise((resolve) => {
+    const err = h("p", { class: "error", "aria-live": "polite" });
+    const form = h(
+      "form",
+      { method: "dialog", novalidate: true },
+      h("h2", { id: "dialog-title" }, title),
+      ...fields,
+      err,
+      h(
+        "div",
+        { class: "dialog-actions" },
+        h("button", { type: "button", onclick: () => dlg.close("cancel") }, "Cancel"),
+        h("button", { type: "submit", class: opts.danger ? "danger" : "" }, submit),
+      ),
+    );
+    const dlg = h("dialog", { "aria-labelledby": "dialog-title" }, form) as HTMLDialogElement;
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const data = new FormData(form);
+      const why = opts.check?.(data) ?? "";
+      if (why) {
+        err.textContent = why;
+        return;
+      }
+      resolve(data);
+      dlg.close("ok");
+    });
+    dlg.addEventListener("close", () => {
+      dlg.remove();
+      resolve(null); // a no-op after the submit's resolve
+    });
+    document.body.append(dlg);
+    dlg.showModal();
+  });
+}
+
+// field is a labelled form control for a dialog.
+function field(id: string, label: string, control: HTMLElement, help?: string): HTMLElement {
+  control.id = id;
+  if (help) control.setAttribute("aria-describedby", id + "-help");
+  return h("div", { class: "field" }, h("label", { for: id }, label), control, help ? h("p", { id: id + "-help", class: "help" }, help) : null);
+}
+
+// usage is a session's usage as every page shows it: live figures (memory, processes)
+// only from a sample of its running sandbox, CPU time and disk as last seen, "—" where
+// there is none.
+function usage(s: api.Session): { live: boolean; cpu: string; mem: string; peak: string; disk: string; procs: string; egress: string; conns: string } {
+  const u = s.usage;
+  const live = s.state === "ready" && !!u?.sampledAt;
+  return {
+    live,
+    cpu: u && (u.sampledAt || u.cpuSeconds > 0) ? u.cpuSeconds.toFixed(1) + "s" : "—",
+    mem: live ? bytes(u!.memoryBytes) : "—",
+    peak: u && u.memoryPeakBytes > 0 ? bytes(u.memoryPeakBytes) : "—",
+    disk: u?.diskSampledAt ? bytes(u.diskBytes) : "—",
+    procs: live ? String(u!.processes) : "—",
+    egress: bytes((u?.egressBytesIn ?? 0) + (u?.egressBytesOut ?? 0)),
+    conns: String(u?.egressConnections ?? 0),
+  };
+}
+
 function signOut(why?: string): void {
   api.setToken(null);
   isAdmin = null;
@@ -273,7 +338,6 @@ async function sessionsPage(query: URLSearchParams): Promise<void> {
   let sort: SortKey = "age";
   let desc = false;
   let all: api.Session[] = [];
-  const field = (id: string, label: string, el: HTMLElement) => h("div", { class: "field" }, h("label", { for: id }, label), el);
   const stateSel = h("select", { id: "f-state" }, ["", "ready", "suspended", "archived", "creating", "lost"].map((s) => h("option", { value: s, selected: s === filters.state }, s || "any")));
   const image = h("input", { id: "f-image", value: filters.image, placeholder: "cws-workspace:0.1.0" });
   const label = h("input", { id: "f-label", value: filters.label, placeholder: "app=web" });
@@ -328,10 +392,10 @@ async function sessionsPage(query: URLSearchParams): Promise<void> {
     // One string for a thousand rows: far cheaper than a node each.
     tbody.innerHTML = rows
       .map((s) => {
-        const u = s.usage;
+        const u = usage(s);
         // The admin view lists every tenant's sessions but opens none of them: a view, not a key.
         const name = adm ? esc(s.id) : `<a href="#/sessions/${encodeURIComponent(s.id)}">${esc(s.id)}</a>`;
-        return `<tr><th scope="row">${name}${s.labels ? Object.entries(s.labels).map(([k, v]) => ` <span class="label">${esc(k)}=${esc(v)}</span>`).join("") : ""}</th>${adm ? `<td>${esc(s.tenant)}</td>` : ""}<td><span class="dot st-${esc(s.state)}"></span>${esc(s.state)}</td><td class="num">${ago(s.createdAt, now)}</td><td class="num">${ago(s.lastUsed, now)}</td><td>${esc(s.image)}</td><td class="num">${u ? u.cpuSeconds.toFixed(1) + "s" : "—"}</td><td class="num">${u ? bytes(u.memoryBytes) : "—"}</td><td class="num">${u ? bytes(u.diskBytes) : "—"}</td><td class="num">${u ? bytes(u.egressBytesIn + u.egressBytesOut) : "—"}</td></tr>`;
+        return `<tr><th scope="row">${name}${s.labels ? Object.entries(s.labels).map(([k, v]) => ` <span class="label">${esc(k)}=${esc(v)}</span>`).join("") : ""}</th>${adm ? `<td>${esc(s.tenant)}</td>` : ""}<td><span class="dot st-${esc(s.state)}"></span>${esc(s.state)}</td><td class="num">${ago(s.createdAt, now)}</td><td class="num">${ago(s.lastUsed, now)}</td><td>${esc(s.image)}</td><td class="num">${u.cpu}</td><td class="num">${u.mem}</td><td class="num">${u.disk}</td><td class="num">${u.egress}</td></tr>`;
       })
       .join("");
     count.textContent = `${rows.length} of ${all.length} sessions`;
@@ -358,8 +422,37 @@ async function sessionsPage(query: URLSearchParams): Promise<void> {
 
 // ---------------------------------------------------------------- a session
 
+// Ranges of ports, inclusive.
+type Ports = [number, number][];
+
+// portsOf reads a previewPorts list ([3000, "8000-8099"]); undefined for no list.
+function portsOf(list: unknown): Ports | undefined {
+  if (!Array.isArray(list)) return undefined;
+  const out: Ports = [];
+  for (const e of list) {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(String(e).trim());
+    if (m) out.push([+m[1], +(m[2] ?? m[1])]);
+  }
+  return out.sort((a, b) => a[0] - b[0]);
+}
+
+// previewPorts is what a session may expose: the tenant's previewPorts, narrowed by
+// the workspace's when it has a list.
+function previewPorts(p: { tenant: any; workspace?: any }): Ports {
+  const t = portsOf(p.tenant?.previewPorts) ?? [];
+  const w = typeof p.workspace === "object" ? portsOf(p.workspace?.previewPorts) : undefined;
+  if (!w) return t;
+  const out: Ports = [];
+  for (const a of t) for (const b of w) if (Math.max(a[0], b[0]) <= Math.min(a[1], b[1])) out.push([Math.max(a[0], b[0]), Math.min(a[1], b[1])]);
+  return out.sort((a, b) => a[0] - b[0]);
+}
+
+const portsText = (ps: Ports) => ps.map(([a, b]) => (a === b ? String(a) : `${a}–${b}`)).join(", ");
+
 async function sessionPage(id: string, tab: string): Promise<void> {
   const base = `/v1/sessions/${encodeURIComponent(id)}`;
+  // The page's one copy of the session: the header, the actions and the Details tab all
+  // show it, and each refresh redraws them together.
   let sess: api.Session;
   try {
     sess = await api.get<api.Session>(base);
@@ -367,100 +460,159 @@ async function sessionPage(id: string, tab: string): Promise<void> {
     frame("Session " + id, e instanceof api.ApiError && e.status === 404 ? h("p", { class: "error", role: "alert" }, "Session not found: it does not exist, or it is not yours.") : errorBox(e));
     return;
   }
+  const watchers: ((s: api.Session) => void)[] = [];
+  const watch = (f: (s: api.Session) => void) => {
+    watchers.push(f);
+    f(sess);
+  };
+  const refresh = async () => {
+    sess = await api.get<api.Session>(base);
+    for (const f of watchers) f(sess);
+  };
   const tabs: [string, string][] = [["details", "Details"], ["files", "Files"], ["processes", "Processes"], ...(api.mayExec() ? [["terminal", "Terminal"] as [string, string]] : []), ["audit", "Audit"], ["diff", "Diff"]];
   if (!tabs.some(([k]) => k === tab)) tab = "details";
   const head = h("div", { class: "session-head" });
   const msg = h("div", { "aria-live": "polite" });
-  const act = (label: string, fn: () => Promise<unknown>, danger = false) =>
-    h("button", {
+  const act = (label: string, fn: () => Promise<unknown>, danger = false) => {
+    const b = h("button", {
       type: "button",
       class: danger ? "danger" : "",
       onclick: async () => {
+        b.disabled = true;
         try {
           const r = await fn();
-          if (r !== false) {
-            msg.replaceChildren(h("p", { class: "ok" }, label + ": done"));
-            await refreshHead();
-          }
+          if (r !== false) msg.replaceChildren(h("p", { class: "ok" }, label + ": done"));
+          await refresh();
         } catch (e) {
           msg.replaceChildren(errorBox(e));
+        } finally {
+          b.disabled = false;
+          for (const f of watchers) f(sess);
         }
       },
     }, label);
+    return b;
+  };
+  const suspend = act("Suspend", () => api.post(base + "/suspend"));
+  const resume = act("Resume", () => api.post(base + "/resume"));
   const actions = h(
     "div",
     { class: "actions", role: "toolbar", "aria-label": "session actions" },
     act("Renew", () => api.post(base + "/renew")),
-    act("Suspend", () => api.post(base + "/suspend")),
-    act("Resume", () => api.post(base + "/resume")),
+    suspend,
+    resume,
     act("Snapshot", async () => {
-      const name = prompt("Snapshot name", "from-console");
-      if (name === null) return false;
-      const s = await api.post<{ id: string }>(base + "/snapshots", { name });
+      const f = await ask("Take a snapshot", [field("snap-name", "Name", h("input", { name: "name", value: "from-console", maxlength: 200, required: true }))], "Take snapshot");
+      if (!f) return false;
+      const s = await api.post<{ id: string }>(base + "/snapshots", { name: String(f.get("name")) });
       msg.replaceChildren(h("p", { class: "ok" }, `snapshot ${s.id} taken`));
       return false;
     }),
     act("Fork", async () => {
-      const n = prompt("How many forks (1-16)?", "1");
-      if (n === null) return false;
-      const r = await api.post<{ sessions: api.Session[] }>(base + "/fork", { count: parseInt(n, 10) });
+      const f = await ask("Fork the session", [field("fork-count", "How many forks", h("input", { name: "count", type: "number", min: 1, max: 16, value: 1, required: true }), "From 1 to 16; each is a new session with this one's files.")], "Fork", {
+        check: (f) => (/^([1-9]|1[0-6])$/.test(String(f.get("count"))) ? "" : "Give a number from 1 to 16."),
+      });
+      if (!f) return false;
+      const r = await api.post<{ sessions: api.Session[] }>(base + "/fork", { count: parseInt(String(f.get("count")), 10) });
       msg.replaceChildren(h("p", { class: "ok" }, "forked: ", ...(r.sessions ?? []).map((s) => h("a", { href: `#/sessions/${s.id}` }, s.id + " "))));
       return false;
     }),
     act("Preview link", async () => {
-      const p = prompt("Port (the policy's previewPorts)", "3000");
-      if (p === null) return false;
-      const l = await api.post<{ url: string; expiresAt: string }>(`${base}/ports/${encodeURIComponent(p)}/link`, { ttl: "1h" });
-      msg.replaceChildren(h("p", { class: "ok" }, "link (1 h): ", h("a", { href: l.url, target: "_blank", rel: "noopener" }, l.url)));
+      const ports = previewPorts(await api.get<{ tenant: unknown; workspace?: unknown }>(base + "/policy"));
+      if (!ports.length) {
+        msg.replaceChildren(h("p", { class: "error", role: "alert" }, "The policy allows no preview port (previewPorts is empty)."));
+        return false;
+      }
+      const choices = ports.flatMap(([a, b]) => Array.from({ length: Math.min(b - a + 1, 20) }, (_, i) => a + i)).slice(0, 50);
+      const f = await ask("Make a preview link", [
+        field("link-port", "Port", h("input", { name: "port", type: "number", min: ports[0][0], max: ports[ports.length - 1][1], value: ports[0][0], list: "link-ports", required: true }), `The policy's previewPorts: ${portsText(ports)}.`),
+        h("datalist", { id: "link-ports" }, choices.map((p) => h("option", { value: p }))),
+      ], "Make link", {
+        check: (f) => {
+          const p = Number(f.get("port"));
+          return Number.isInteger(p) && ports.some(([a, b]) => p >= a && p <= b) ? "" : `Choose a port the policy allows: ${portsText(ports)}.`;
+        },
+      });
+      if (!f) return false;
+      const l = await api.post<{ url: string; expiresAt: string }>(`${base}/ports/${encodeURIComponent(String(f.get("port")))}/link`, { ttl: "1h" });
+      const copy = h("button", {
+        type: "button",
+        onclick: async () => {
+          try {
+            await navigator.clipboard.writeText(l.url);
+            announce("link copied");
+            copy.textContent = "Copied";
+          } catch {
+            getSelection()?.selectAllChildren(link);
+          }
+        },
+      }, "Copy");
+      const link = h("a", { class: "url", href: l.url, target: "_blank", rel: "noopener" }, l.url);
+      msg.replaceChildren(h("div", { class: "ok link-box" }, h("p", {}, "Preview link (1 h): ", link), copy));
       return false;
     }),
     act("Delete", async () => {
-      if (!confirm(`Delete ${id}, its sandbox and its files?`)) return false;
+      const f = await ask("Delete the session?", [h("p", {}, `Delete ${id}, its sandbox and its files? This can't be undone.`)], "Delete", { danger: true });
+      if (!f) return false;
       await api.del(base);
       location.hash = "#/sessions";
       return false;
     }, true),
   );
-  const refreshHead = async () => {
-    sess = await api.get<api.Session>(base);
-    const u = sess.usage;
+  watch((s) => {
+    const u = usage(s);
     head.replaceChildren(
-      h("span", { class: "state" }, h("span", { class: "dot st-" + sess.state }), sess.state),
-      h("span", {}, sess.image),
-      h("span", {}, "age " + ago(sess.createdAt)),
-      h("span", {}, "idle " + ago(sess.lastUsed)),
-      ...(u ? [h("span", {}, `CPU ${u.cpuSeconds.toFixed(1)}s · mem ${bytes(u.memoryBytes)} (peak ${bytes(u.memoryPeakBytes)}) · disk ${bytes(u.diskBytes)} · ${u.processes} procs · egress ${bytes(u.egressBytesIn + u.egressBytesOut)} in ${u.egressConnections} conns`)] : []),
+      h("span", { class: "state" }, h("span", { class: "dot st-" + s.state }), s.state),
+      h("span", {}, s.image),
+      h("span", {}, "age " + ago(s.createdAt)),
+      h("span", {}, "idle " + ago(s.lastUsed)),
+      h("span", { class: "usage" }, u.live
+        ? `CPU ${u.cpu} · mem ${u.mem} (peak ${u.peak}) · disk ${u.disk} · ${u.procs} procs · egress ${u.egress} in ${u.conns} conns`
+        : s.state === "ready"
+          ? `CPU ${u.cpu} · disk ${u.disk} · waiting for the first usage sample`
+          : `CPU ${u.cpu} · disk ${u.disk} · nothing runs while ${s.state}`),
     );
-  };
-  await refreshHead();
+    // A button is enabled only where its action applies (and not while one runs).
+    suspend.disabled = s.state !== "ready";
+    resume.disabled = s.state !== "suspended" && s.state !== "archived";
+  });
   const nav = h("nav", { class: "tabs", "aria-label": "session" }, tabs.map(([k, l]) => h("a", { href: `#/sessions/${encodeURIComponent(id)}/${k}`, "aria-current": k === tab ? "page" : undefined }, l)));
   const body = h("section", { class: "tab" });
   frame(id, head, actions, msg, nav, body);
-  every(5000, refreshHead);
+  every(5000, refresh);
   switch (tab) {
-    case "details": return detailsTab(body, base);
+    case "details": return detailsTab(body, base, watch, refresh);
     case "files": return filesTab(body, id);
-    case "processes": return processesTab(body, id);
+    case "processes": return processesTab(body, id, watch);
     case "terminal": return terminalTab(body, id);
     case "audit": return auditTab(body, base);
     case "diff": return diffTab(body, base);
   }
 }
 
-async function detailsTab(body: HTMLElement, base: string): Promise<void> {
-  const s = await api.get<api.Session>(base);
+async function detailsTab(body: HTMLElement, base: string, watch: (f: (s: api.Session) => void) => void, refresh: () => Promise<void>): Promise<void> {
   const dl = h("dl", { class: "details" });
-  const add = (k: string, v: unknown) => dl.append(h("dt", {}, k), h("dd", {}, v === undefined || v === "" ? "—" : String(v)));
-  add("id", s.id);
-  add("subject", s.sub);
-  add("state", s.state);
-  add("image", s.image);
-  add("created", s.createdAt);
-  add("last used", s.lastUsed);
-  add("idle until", s.idleUntil);
-  add("expires", s.expiresAt);
-  add("MCP URL", s.mcpUrl);
-  add("labels", s.labels ? Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ") : "");
+  let first: api.Session | undefined;
+  watch((s) => {
+    first ??= s;
+    const rows: HTMLElement[] = [];
+    const add = (k: string, v: unknown) => rows.push(h("dt", {}, k), h("dd", {}, v === undefined || v === "" ? "—" : String(v)));
+    add("id", s.id);
+    add("subject", s.sub);
+    add("state", s.state);
+    add("image", s.image);
+    add("created", s.createdAt);
+    add("last used", s.lastUsed);
+    add("idle until", s.idleUntil);
+    add("expires", s.expiresAt);
+    add("suspended", s.state === "ready" ? "" : s.suspendedAt);
+    add("MCP URL", s.mcpUrl);
+    add("labels", s.labels ? Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(", ") : "");
+    // Names only: a session's view never holds a secret's value.
+    add("secrets", s.secrets ? Object.entries(s.secrets).map(([env, name]) => `${env} ← ${name}`).join(", ") : "");
+    dl.replaceChildren(...rows);
+  });
+  const s = first!;
   const pol = h("div", {}, h("p", { class: "help" }, "Loading the policy…"));
   body.replaceChildren(dl, h("h2", {}, "Policy in force"), pol);
   if (s.state !== "ready") {
@@ -475,6 +627,7 @@ async function detailsTab(body: HTMLElement, base: string): Promise<void> {
   }
   try {
     const p = await api.get<{ tenant: unknown; workspace?: unknown; workspaceError?: string }>(base + "/policy");
+    if (s.state !== "ready") await refresh(); // it woke
     pol.replaceChildren(
       h("h3", {}, "Tenant (the ceiling)"),
       code(JSON.stringify(p.tenant, null, 2), "json"),
@@ -501,6 +654,13 @@ async function filesTab(body: HTMLElement, id: string): Promise<void> {
   const list = h("nav", { class: "files", "aria-label": "files" });
   const view = h("div", { class: "viewer" }, h("p", { class: "help" }, "Choose a file."));
   body.replaceChildren(h("div", { class: "split" }, list, view));
+  let current = ""; // the open file, marked in the list (aria-current)
+  const mark = () => {
+    for (const b of list.querySelectorAll<HTMLElement>("button[data-path]")) {
+      if (b.dataset.path === current) b.setAttribute("aria-current", "true");
+      else b.removeAttribute("aria-current");
+    }
+  };
   const open = async (dir: string) => {
     list.replaceChildren(h("p", { class: "help" }, "Loading " + (dir || "/") + "…"));
     try {
@@ -508,22 +668,25 @@ async function filesTab(body: HTMLElement, id: string): Promise<void> {
       const items: HTMLElement[] = [];
       if (dir) {
         const up = dir.includes("/") ? dir.slice(0, dir.lastIndexOf("/")) : "";
-        items.push(h("li", {}, h("button", { type: "button", class: "link", onclick: () => open(up) }, "../")));
+        items.push(h("li", {}, h("button", { type: "button", class: "link", "aria-label": "Parent folder: /" + up, onclick: () => open(up) }, "../")));
       }
       for (const e of r.entries ?? []) {
         const path = dir ? dir + "/" + e.name : e.name;
         items.push(
           h("li", {}, e.type === "directory" || e.type === "dir"
             ? h("button", { type: "button", class: "link", onclick: () => open(path) }, e.name + "/")
-            : h("button", { type: "button", class: "link", onclick: () => read(path) }, e.name)),
+            : h("button", { type: "button", class: "link", "data-path": path, onclick: () => read(path) }, e.name)),
         );
       }
       list.replaceChildren(h("p", { class: "path" }, "/" + dir), h("ul", {}, items));
+      mark();
     } catch (e) {
       list.replaceChildren(errorBox(e));
     }
   };
   const read = async (path: string) => {
+    current = path;
+    mark();
     view.replaceChildren(h("p", { class: "help" }, "Reading " + path + "…"));
     try {
       const r = await api.tool<{ content: string }>(id, "readFile", { path });
@@ -535,12 +698,15 @@ async function filesTab(body: HTMLElement, id: string): Promise<void> {
   await open("");
 }
 
-async function processesTab(body: HTMLElement, id: string): Promise<void> {
+async function processesTab(body: HTMLElement, id: string, watch: (f: (s: api.Session) => void) => void): Promise<void> {
+  // The tools wake a sleeping session: the list is polled only while it is ready.
+  let ready = true;
+  watch((s) => (ready = s.state === "ready"));
   const table = h("tbody", {});
   const out = h("pre", { class: "output", "aria-live": "polite", tabindex: 0 });
   let chosen = "";
   body.replaceChildren(
-    h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "id"), h("th", {}, "command"), h("th", {}, "state"), h("th", {}, "started"))), table),
+    h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "id"), h("th", {}, "command"), h("th", {}, "state"), h("th", {}, "started"))), table)),
     h("h2", {}, "Output"),
     out,
   );
@@ -569,7 +735,11 @@ async function processesTab(body: HTMLElement, id: string): Promise<void> {
   };
   await load().catch((e) => body.prepend(errorBox(e)));
   await poll().catch(() => {});
-  every(1000, async () => { await load(); await poll(); });
+  every(1000, async () => {
+    if (!ready) return;
+    await load();
+    await poll();
+  });
 }
 
 function terminalTab(body: HTMLElement, id: string): void {
@@ -602,7 +772,7 @@ function terminalTab(body: HTMLElement, id: string): void {
         announce("command finished: " + line);
       },
     },
-    h("label", { for: "cmd" }, "$"),
+    h("label", { for: "cmd" }, h("span", { "aria-hidden": "true" }, "$"), h("span", { class: "sr-only" }, "Command")),
     input,
     h("button", { type: "submit" }, "Run"),
   );

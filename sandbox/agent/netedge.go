@@ -142,3 +142,29 @@ func (c *Client) takeEgress(st *yamux.Stream) {
 	_ = st.SetReadDeadline(time.Time{})
 	c.egress(st)
 }
+
+// Where a session uses secrets (their values stay in cws: the proxy puts them into
+// requests), the sandbox gets two more variables, which the agent reads and removes
+// from its environment:
+//   - EnvEgressCA, the PEM certificate of the CA whose leaves the proxy shows for the
+//     secrets' hosts: the agent writes the system roots plus it to CABundle and points
+//     every command's SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE,
+//     CURL_CA_BUNDLE and GIT_SSL_CAINFO at it (CAEnv);
+//   - EnvEgressVars, a JSON object of variables every command gets: each secret's
+//     placeholder, and git's credential helper (GIT_CONFIG_COUNT/KEY/VALUE).
+const (
+	EnvEgressCA   = "CWS_EGRESS_CA"
+	EnvEgressVars = "CWS_EGRESS_VARS"
+)
+
+// CABundle is where the agent writes the bundle of the system roots and the egress CA.
+const CABundle = "/tmp/.cws-ca-bundle.pem"
+
+// CAEnv is what points every command at CABundle.
+func CAEnv() map[string]string {
+	env := map[string]string{}
+	for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
+		env[k] = CABundle
+	}
+	return env
+}

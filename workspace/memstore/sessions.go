@@ -134,5 +134,7 @@ func notFound(id string) error {
 func clone(s *workspace.Session) *workspace.Session {
 	c := *s
 	c.Labels = maps.Clone(s.Labels)
+	c.Env = maps.Clone(s.Env)
+	c.Secrets = slices.Clone(s.Secrets)
 	return &c
 }

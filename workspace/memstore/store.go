@@ -40,7 +40,8 @@ type Store struct {
 	mu       sync.Mutex
 	sessions map[string]map[string]*workspace.Session // tenant → id → session
 	claims   map[string]claim
-	state    map[stateKey]map[string][]byte // a session's state: key → value
+	state    map[stateKey]map[string][]byte                // a session's state: key → value
+	secrets  map[string]map[string]*workspace.SecretRecord // tenant → name → secret
 	windows  map[string]window
 	audit    []workspace.AuditRecord // ring
 	next     int                     // the ring slot written next
@@ -57,6 +58,7 @@ func New(opts ...Option) *Store {
 		sessions: make(map[string]map[string]*workspace.Session),
 		claims:   make(map[string]claim),
 		state:    make(map[stateKey]map[string][]byte),
+		secrets:  make(map[string]map[string]*workspace.SecretRecord),
 		windows:  make(map[string]window),
 		audit:    make([]workspace.AuditRecord, DefaultAuditSize),
 		sweepAt:  minSweep,

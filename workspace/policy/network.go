@@ -11,13 +11,18 @@ import (
 	"github.com/cwsdev/cws/egress"
 )
 
-// Network is the policy's network field: false (no way out), true (any public
-// address), or {"allow": [...], "deny": [...]}, an allow list by name that the
-// workspace's egress proxy enforces (package egress: host, *.host, host:port, an IP, a
-// CIDR, or a preset such as @go). Deny wins.
+// Network is the policy's network field: false (no way out), true (any public name,
+// through the egress proxy: private, loopback, link-local and metadata addresses are
+// refused as for an allow list), {"allow": [...], "deny": [...]}, an allow list by name
+// that the proxy enforces (package egress: host, *.host, host:port, an IP, a CIDR, or a
+// preset such as @go; deny wins), or "direct" (tenants file only: the sandbox gets a
+// network device of its own and bypasses the proxy, its rules and its audit — unsafe
+// on a cloud host, where it reaches the instance's metadata and credentials).
 type Network struct {
-	// Open is network: true.
+	// Open is network: true, or "direct".
 	Open bool
+	// Direct is network: "direct": a route of the sandbox's own, no proxy.
+	Direct bool
 	// Allow and Deny are the object form's lists; Listed says the object form was used.
 	Allow, Deny []string
 	Listed      bool
@@ -26,9 +31,9 @@ type Network struct {
 }
 
 // IsZero reports network: false (for omitzero).
-func (n Network) IsZero() bool { return !n.Open && !n.Listed }
+func (n Network) IsZero() bool { return !n.Open && !n.Listed && !n.Direct }
 
-// MarshalJSON writes false, true or the object.
+// MarshalJSON writes false, true, "direct" or the object.
 func (n Network) MarshalJSON() ([]byte, error) {
 	switch {
 	case n.Listed:
@@ -36,26 +41,34 @@ func (n Network) MarshalJSON() ([]byte, error) {
 			Allow []string `json:"allow"`
 			Deny  []string `json:"deny,omitempty"`
 		}{Allow: append([]string{}, n.Allow...), Deny: n.Deny})
+	case n.Direct:
+		return []byte(`"direct"`), nil
 	case n.Open:
 		return []byte("true"), nil
 	}
 	return []byte("false"), nil
 }
 
-// UnmarshalJSON reads false, true or {"allow": [...], "deny": [...]} and checks every
-// entry: an unknown form is an error naming it.
+// networkForms is what UnmarshalJSON accepts, for its errors.
+const networkForms = `network must be false, true, "direct" or {"allow": [...], "deny": [...]}`
+
+// UnmarshalJSON reads false, true, "direct" or {"allow": [...], "deny": [...]} and
+// checks every entry: an unknown form is an error naming it.
 func (n *Network) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	switch string(b) {
 	case "true":
 		*n = Network{Open: true}
 		return nil
+	case `"direct"`:
+		*n = Network{Open: true, Direct: true}
+		return nil
 	case "false", "null":
 		*n = Network{}
 		return nil
 	}
 	if len(b) == 0 || b[0] != '{' {
-		return fmt.Errorf(`network must be false, true or {"allow": [...], "deny": [...]}`)
+		return fmt.Errorf("%s, not %.40s", networkForms, b)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

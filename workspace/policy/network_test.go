@@ -54,6 +54,50 @@ func TestNarrowNetwork(t *testing.T) {
 	}
 }
 
+// TestNetworkForms: true goes through the proxy (any public name: egress.Open, never
+// a route of the sandbox's own); only "direct" gives the sandbox its own route; each
+// form writes back as it was read.
+func TestNetworkForms(t *testing.T) {
+	tests := []struct {
+		in     string
+		direct bool
+		mode   egress.Mode
+		out    string
+	}{
+		{`{}`, false, egress.Off, "false"},
+		{`{"network": false}`, false, egress.Off, "false"},
+		{`{"network": null}`, false, egress.Off, "false"},
+		{`{"network": true}`, false, egress.Open, "true"},
+		{`{"network": "direct"}`, true, egress.Open, `"direct"`},
+		{`{"network": {"allow": ["a.test"]}}`, false, egress.Listed, `{"allow":["a.test"]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			p, err := Parse([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.DirectNetwork() != tt.direct {
+				t.Errorf("DirectNetwork() = %v, want %v", p.DirectNetwork(), tt.direct)
+			}
+			if m := p.Narrow(nil).Egress().Mode; m != tt.mode {
+				t.Errorf("egress mode = %v, want %v", m, tt.mode)
+			}
+			var n Network
+			if p.Network != nil {
+				n = *p.Network
+			}
+			if b, _ := json.Marshal(n); string(b) != tt.out {
+				t.Errorf("marshalled %s, want %s", b, tt.out)
+			}
+		})
+	}
+	// A workspace file can't turn a tenant's true into a route of its own.
+	if _, err := ParseWorkspace([]byte(`{"network": "direct"}`)); err == nil {
+		t.Error(`a workspace file with network "direct" parsed`)
+	}
+}
+
 // TestPreviewPorts: ports and ranges; the workspace may only narrow; none listed, none.
 func TestPreviewPorts(t *testing.T) {
 	tests := []struct {

@@ -69,6 +69,9 @@ func parse(data []byte, workspace bool) (*Policy, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, invalidf("%s: %v", FileName, err)
 	}
+	if workspace && p.Network != nil && p.Network.Direct {
+		return nil, invalidf(`network "direct" is tenant-only and not allowed in a workspace %s (a workspace file may only narrow the network)`, FileName)
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}

@@ -108,10 +108,14 @@ type Policy struct {
 	// Images are the images a session may use; the first is the default. Empty means
 	// the server's default image only.
 	Images []string `json:"images,omitzero"`
-	// Network is how the workspace reaches out: false (not at all), true (a network
-	// device of its own: anything), or {"allow", "deny"}, names the workspace's egress
-	// proxy lets through (network.go). A workspace file may narrow it.
+	// Network is how the workspace reaches out: false (not at all), true (any public
+	// name, through the egress proxy), {"allow", "deny"} (names the proxy lets
+	// through), or "direct" (a network device of its own, no proxy: tenants file
+	// only, unsafe on a cloud host). See network.go. A workspace file may narrow it.
 	Network *Network `json:"network,omitzero"`
+	// Secrets are the tenant's secrets a session may ask for (by name); omitted: any of
+	// them, [] none. Tenants file only.
+	Secrets []string `json:"secrets,omitzero"`
 	// Egress limits the egress proxy's connections.
 	Egress *Egress `json:"egress,omitzero"`
 	// PreviewPorts are the ports a preview URL may reach ([3000, "8000-8099"]); omitted
@@ -133,8 +137,9 @@ type Policy struct {
 	AllowPolicyWrites bool `json:"allowPolicyWrites,omitzero"`
 }
 
-// DirectNetwork reports network: true, the sandbox's own network device (no proxy).
-func (p *Policy) DirectNetwork() bool { return p.Network != nil && p.Network.Open }
+// DirectNetwork reports network: "direct", the sandbox's own network device (no
+// proxy). network: true is not direct: it goes through the proxy.
+func (p *Policy) DirectNetwork() bool { return p.Network != nil && p.Network.Direct }
 
 // Limits are a session container's resources. Zero in any field means the server's
 // default for it.

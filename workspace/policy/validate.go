@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/cwsdev/cws/secrets"
 	"slices"
 	"strings"
 
@@ -29,6 +30,7 @@ func (p *Policy) Validate() error {
 		{"confirmationRequired", p.ConfirmationRequired, validName},
 		{"images", p.Images, validName},
 		{"toolsets", p.Toolsets, validToolset},
+		{"secrets", p.Secrets, validSecretName},
 	} {
 		if len(l.list) > MaxListLen {
 			return invalidf("%s has more than %d entries", l.field, MaxListLen)
@@ -123,4 +125,12 @@ func isEnvName(s string) bool {
 		}
 	}
 	return true
+}
+
+// validSecretName checks an entry of secrets: a secret's name.
+func validSecretName(s string) error {
+	if !secrets.ValidName(s) {
+		return fmt.Errorf("%q is not a secret name (%s)", s, secrets.NameRule)
+	}
+	return nil
 }

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) workspace.Store) {
 		{"AllowWindowEnds", testAllowWindowEnds},
 		{"Audit", testAudit},
 		{"State", testState},
+		{"Secrets", testSecrets},
 		{"Ping", testPing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

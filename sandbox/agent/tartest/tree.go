@@ -134,6 +134,16 @@ func Generate(dir string, seed uint64) (Generated, error) {
 		files = append(files, p)
 		g.Sparse = append(g.Sparse, p)
 	}
+	// A sparse file that is all hole.
+	hole := name(dirs[r.IntN(len(dirs))])
+	if err := os.WriteFile(abs(hole), nil, 0o644); err != nil {
+		return g, err
+	}
+	if err := os.Truncate(abs(hole), int64(1+r.IntN(16<<20))); err != nil {
+		return g, err
+	}
+	files = append(files, hole)
+	g.Sparse = append(g.Sparse, hole)
 	// Hard links, within the tree.
 	for range r.IntN(3) {
 		target := files[r.IntN(len(files))]

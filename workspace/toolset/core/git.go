@@ -391,7 +391,7 @@ func gitCommit(ctx context.Context, c *call, a *GitCommitArgs) (*GitCommitResult
 		return nil, err
 	}
 	if a.All { // denied paths are not staged: they stay out of history
-		if _, err := c.git(ctx, nil, append([]string{"add", "-A", "--"}, pathspecs(c.guard, nil)...)...); err != nil {
+		if err := stageAll(ctx, c.gitWhole, pathspecs(c.guard, nil)); err != nil {
 			return nil, err
 		}
 	}

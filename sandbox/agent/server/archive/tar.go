@@ -209,9 +209,13 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		return c.walk(real, name)
 	case hdr.Typeflag == tar.TypeLink:
 		c.res.Files++
-	case sparse != nil:
+	case hdr.PAXRecords[agent.TarSparse] != "":
 		for _, s := range sparse {
-			if _, err := io.Copy(c.tw, io.NewSectionReader(f, s.off, s.len)); err != nil {
+			n, err := io.Copy(c.tw, io.NewSectionReader(f, s.off, s.len))
+			if err == nil && n < s.len {
+				err = fmt.Errorf("it shrank while it was read (%d of %d bytes at %d)", n, s.len, s.off)
+			}
+			if err != nil {
 				return c.fail(name, err)
 			}
 		}
@@ -295,19 +299,29 @@ func (c *capture) openAsOwner(real string) (*os.File, error) {
 }
 
 // traversable makes a directory its owner can't list or enter listable for the walk
-// beneath it; the returned func puts its mode back.
+// beneath it; the returned func puts its mode back. A directory of another owner is
+// left as it is (its group or other bits may let the walk in; if not, the walk fails
+// naming it).
 func (c *capture) traversable(real string, fi iofs.FileInfo) (func(), error) {
-	mode := unixMode(fi)
-	if mode&0o500 == 0o500 {
+	if unixMode(fi)&0o500 == 0o500 {
 		return func() {}, nil
 	}
 	p, err := c.h.WS.OpenReal(real, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(p.Fd()), &st); err != nil {
+		p.Close()
+		return nil, err
+	}
+	mode := st.Mode & 0o7777 // as it is now, not as it was listed
 	proc := fs.FDPath(p)
 	if err := unix.Fchmodat(unix.AT_FDCWD, proc, mode|0o500, 0); err != nil {
 		p.Close()
+		if errors.Is(err, unix.EPERM) {
+			return func() {}, nil // not the workspace user's: its other bits decide
+		}
 		return nil, fmt.Errorf("the directory is not readable, and can't be made readable: %w", err)
 	}
 	return func() {

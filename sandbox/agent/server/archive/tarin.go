@@ -439,7 +439,8 @@ func (x *extraction) stageErr(entry string, err error) error {
 func (x *extraction) writeExact(hdr *tar.Header, stage string, tr io.Reader) error {
 	var segs []segment
 	size := hdr.Size
-	if raw, ok := hdr.PAXRecords[agent.TarSparse]; ok {
+	raw, sparse := hdr.PAXRecords[agent.TarSparse]
+	if sparse {
 		var err error
 		if segs, size, err = parseSparse(raw, hdr.Size); err != nil {
 			return agent.Errorf(agent.CodeInvalid, hdr.Name, "%v", err)
@@ -453,9 +454,9 @@ func (x *extraction) writeExact(hdr *tar.Header, stage string, tr io.Reader) err
 		return x.stageErr(hdr.Name, err)
 	}
 	defer f.Close()
-	if segs == nil {
+	if !sparse {
 		_, err = io.Copy(f, tr)
-	} else {
+	} else { // all holes (no segments) included
 		for _, s := range segs {
 			if _, err = io.CopyN(io.NewOffsetWriter(f, s.off), tr, s.len); err != nil {
 				break
@@ -503,7 +504,6 @@ func (x *extraction) dirModes() error {
 	slices.SortStableFunc(x.dirs, func(a, b dirMeta) int {
 		return strings.Count(b.name, "/") - strings.Count(a.name, "/")
 	})
-	root := x.h.WS.Root()
 	for _, d := range x.dirs {
 		p := path.Join(x.base.Real, d.name)
 		d2, err := x.h.WS.OpenReal(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
@@ -521,6 +521,5 @@ func (x *extraction) dirModes() error {
 			return err
 		}
 	}
-	_ = root
 	return nil
 }
