@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FileBackend keeps objects as files beneath a directory: a key is a relative path.
@@ -52,8 +54,15 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	}
 	tmp := f.Name()
 	_, err = io.Copy(f, r)
-	if err == nil {
-		err = f.Sync() // durable before it is in place: an archive may be the only copy
+	record := strings.Contains(key, "/meta/")
+	if err == nil && record {
+		// A record is durable, and so is everything written before it (its blobs, its
+		// entries, their directories), before it is in place: an archive may be the
+		// only copy. One syncfs for all of them, rather than an fsync per blob.
+		err = b.syncAll()
+		if err == nil {
+			err = f.Sync()
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -61,7 +70,7 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	if err == nil {
 		err = os.Rename(tmp, p)
 	}
-	if err == nil {
+	if err == nil && record {
 		err = syncDir(filepath.Dir(p))
 	}
 	if err != nil {
@@ -84,8 +93,7 @@ func syncDir(dir string) error {
 	return err
 }
 
-// mkdirs makes dir and its missing parents beneath the store, each made durable in
-// its parent.
+// mkdirs makes dir and its missing parents beneath the store.
 func (b *FileBackend) mkdirs(dir string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
@@ -99,7 +107,18 @@ func (b *FileBackend) mkdirs(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(filepath.Dir(dir))
+	return nil // durable with the next record (syncAll)
+}
+
+// syncAll makes everything written beneath the store durable: syncfs(2) on its file
+// system.
+func (b *FileBackend) syncAll() error {
+	d, err := os.Open(b.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unix.Syncfs(int(d.Fd()))
 }
 
 func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {
