@@ -272,6 +272,7 @@ func TestConsoleBrowser(t *testing.T) {
 	chromium(t)
 	fx := newFixture(t)
 	pol := strings.Replace(vscodePolicy, `"maxSessions": 10`, `"maxSessions": 10, "previewPorts": ["8000-8099"]`, 1)
+	pol = strings.Replace(pol, `"allowedCommands": [`, `"allowedCommands": ["bash", "stty", "sed", "clear", `, 1) // the terminal's shell and what it runs
 	if err := os.WriteFile(filepath.Join(filepath.Dir(fx.path), "vscode.cws-policy.json"), []byte(pol), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -337,15 +338,39 @@ func TestConsoleBrowser(t *testing.T) {
 	shot(t, ctx, "phone-file")
 	run(t, ctx, "laptop", chromedp.EmulateViewport(1280, 900))
 
-	run(t, ctx, "git status in the terminal",
-		chromedp.Click(`nav.tabs a[href$="/terminal"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#cmd", chromedp.ByID),
-		chromedp.SendKeys("#cmd", "git status\n", chromedp.ByID),
-		waitText("pre.terminal", "On branch main"),
-	)
-	if got := axName(t, ctx, "#cmd"); got != "Command" {
-		t.Errorf("the terminal input's accessible name: %q, want Command", got)
+	// The terminal is a real one: a shell on a PTY, typed into through xterm.js; its size
+	// follows the window's.
+	size := regexp.MustCompile(`SIZE=(\d+) (\d+)`)
+	lastSize := func() string {
+		var text string
+		run(t, ctx, "read the terminal", chromedp.Text(".xterm-rows", &text, chromedp.ByQuery))
+		m := size.FindAllString(text, -1)
+		if len(m) == 0 {
+			return ""
+		}
+		return m[len(m)-1]
 	}
+	run(t, ctx, "git status and stty size in the terminal",
+		chromedp.Click(`nav.tabs a[href$="/terminal"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(".xterm-rows", chromedp.ByQuery),
+		waitText("[role=status]", "Attached"),
+		chromedp.SendKeys(".xterm-helper-textarea", "git status\n", chromedp.ByQuery),
+		waitText(".xterm-rows", "On branch main"),
+		chromedp.SendKeys(".xterm-helper-textarea", "stty size | sed 's/^/SIZE=/'\n", chromedp.ByQuery),
+		waitText(".xterm-rows", "SIZE="),
+	)
+	wide := lastSize()
+	if got := axName(t, ctx, ".xterm-helper-textarea"); got != "Terminal input" {
+		t.Errorf("the terminal input's accessible name: %q, want Terminal input", got)
+	}
+	run(t, ctx, "a narrower window", chromedp.EmulateViewport(700, 900), chromedp.Sleep(500*time.Millisecond),
+		chromedp.SendKeys(".xterm-helper-textarea", "clear; stty size | sed 's/^/SIZE=/'\n", chromedp.ByQuery),
+		chromedp.Poll(`(() => { const m = [...document.querySelector(".xterm-rows").textContent.matchAll(/SIZE=\d+ \d+/g)]; return m.length > 0; })()`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+	)
+	if narrow := lastSize(); narrow == "" || narrow == wide {
+		t.Errorf("stty size after the window narrowed: %q, before %q: the terminal did not follow the window", narrow, wide)
+	}
+	run(t, ctx, "laptop again", chromedp.EmulateViewport(1280, 900))
 	noOverflow(t, ctx, "the terminal")
 	shot(t, ctx, "session-terminal")
 

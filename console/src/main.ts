@@ -15,6 +15,8 @@ import rust from "highlight.js/lib/languages/rust";
 import typescript from "highlight.js/lib/languages/typescript";
 import xml from "highlight.js/lib/languages/xml";
 import yaml from "highlight.js/lib/languages/yaml";
+import { FitAddon } from "@xterm/addon-fit";
+import { Terminal } from "@xterm/xterm";
 import * as api from "./api";
 import { ago, bar, bytes, dur, esc, h, sparkline } from "./dom";
 
@@ -742,46 +744,118 @@ async function processesTab(body: HTMLElement, id: string, watch: (f: (s: api.Se
   });
 }
 
+// terminalTab is a real terminal (xterm.js) on a PTY in the workspace: a program that
+// runs under the session's policy, attached over a WebSocket. It follows the window's
+// size, and reconnects after a drop (the scrollback is replayed); the terminal outlives
+// the page, which attaches to it again while it runs.
 function terminalTab(body: HTMLElement, id: string): void {
-  const out = h("pre", { class: "output terminal", "aria-live": "polite", tabindex: 0 });
-  const input = h("input", { id: "cmd", autocomplete: "off", spellcheck: "false", placeholder: "git status" }) as HTMLInputElement;
-  const history: string[] = [];
-  let at = 0;
-  const form = h(
-    "form",
-    {
-      class: "prompt",
-      onsubmit: async (ev: Event) => {
-        ev.preventDefault();
-        const line = input.value.trim();
-        if (!line) return;
-        history.push(line);
-        at = history.length;
-        input.value = "";
-        const argv = line.match(/"[^"]*"|'[^']*'|\S+/g)!.map((a) => a.replace(/^(["'])(.*)\1$/, "$2"));
-        out.append(h("span", { class: "cmd" }, "$ " + line + "\n"));
-        try {
-          const r = await api.tool<{ stdout: string; stderr: string; exitCode: number }>(id, "runCommand", { command: argv[0], args: argv.slice(1) });
-          out.append(r.stdout ?? "");
-          if (r.stderr) out.append(h("span", { class: "stderr" }, r.stderr));
-          if (r.exitCode) out.append(h("span", { class: "stderr" }, `[exit ${r.exitCode}]\n`));
-        } catch (e) {
-          out.append(h("span", { class: "stderr" }, (e instanceof Error ? e.message : String(e)) + "\n"));
-        }
-        out.scrollTop = out.scrollHeight;
-        announce("command finished: " + line);
-      },
-    },
-    h("label", { for: "cmd" }, h("span", { "aria-hidden": "true" }, "$"), h("span", { class: "sr-only" }, "Command")),
-    input,
-    h("button", { type: "submit" }, "Run"),
-  );
-  input.addEventListener("keydown", (e) => {
-    if (e.key === "ArrowUp" && at > 0) input.value = history[--at];
-    if (e.key === "ArrowDown" && at < history.length) input.value = history[++at] ?? "";
+  const status = h("p", { class: "help", role: "status" }, "Opening a terminal…");
+  const box = h("div", { class: "xterm-box" });
+  const again = h("button", { type: "button", hidden: true }, "Open a new terminal");
+  body.replaceChildren(status, box, again);
+  const term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 13, fontFamily: "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace" });
+  const fit = new FitAddon();
+  term.loadAddon(fit);
+  term.open(box);
+  term.textarea?.setAttribute("aria-label", "Terminal input");
+  const key = "cws.terminal." + id;
+  let tid = sessionStorage.getItem(key) ?? "";
+  let ws: WebSocket | null = null;
+  let stopped = false;
+  let tries = 0;
+  const enc = new TextEncoder();
+  const send = (d: string | Uint8Array) => {
+    if (ws?.readyState === WebSocket.OPEN) ws.send(d);
+  };
+  const resize = () => {
+    try {
+      fit.fit();
+    } catch {
+      /* not laid out yet */
+    }
+  };
+  term.onData((d) => send(enc.encode(d)));
+  term.onBinary((d) => send(Uint8Array.from(d, (c) => c.charCodeAt(0))));
+  term.onResize(({ cols, rows }) => send(JSON.stringify({ type: "resize", cols, rows })));
+  const ro = new ResizeObserver(resize);
+  ro.observe(box);
+  const retry = () => {
+    if (!stopped) window.setTimeout(connect, Math.min(5000, 250 * 2 ** tries++));
+  };
+  const connect = async (): Promise<void> => {
+    if (stopped) return;
+    resize();
+    if (!tid) {
+      try {
+        const t = await api.call<{ id: string }>("POST", `/v1/sessions/${id}/terminals`, { cols: term.cols, rows: term.rows });
+        tid = t.id;
+        sessionStorage.setItem(key, tid);
+      } catch (e) {
+        status.textContent = "The terminal could not be opened: " + (e instanceof Error ? e.message : String(e));
+        if (e instanceof api.ApiError && e.status < 500 && e.status !== 429) return;
+        return retry();
+      }
+    }
+    const url = new URL(`/v1/sessions/${id}/terminals/${tid}/attach`, location.href);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const sock = new WebSocket(url, ["cws.terminal.v1", "bearer." + (api.token() ?? "")]);
+    sock.binaryType = "arraybuffer";
+    ws = sock;
+    let attached = false;
+    let ended = false;
+    sock.onmessage = (ev) => {
+      if (typeof ev.data !== "string") {
+        term.write(new Uint8Array(ev.data as ArrayBuffer));
+        return;
+      }
+      const m = JSON.parse(ev.data);
+      switch (m.type) {
+        case "attached":
+          attached = true;
+          tries = 0;
+          term.reset(); // the scrollback follows
+          status.textContent = "Attached: the program runs in the workspace under its policy.";
+          send(JSON.stringify({ type: "resize", cols: term.cols, rows: term.rows }));
+          break;
+        case "skipped":
+          term.write(`\r\n\x1b[2m[cws: ${m.bytes} bytes of output skipped: this view fell behind]\x1b[0m\r\n`);
+          break;
+        case "error":
+          status.textContent = m.error?.message ?? "error";
+          break;
+        case "exit":
+          ended = true;
+          status.textContent = `The program ended (${m.endReason ?? "exited"}, exit code ${m.code ?? "?"}).`;
+          sessionStorage.removeItem(key);
+          tid = "";
+          again.hidden = false;
+          break;
+      }
+    };
+    sock.onclose = () => {
+      if (stopped || ended || ws !== sock) return;
+      if (!attached) {
+        // Never attached: the terminal is gone (ended, or the session slept); open anew.
+        sessionStorage.removeItem(key);
+        tid = "";
+      }
+      status.textContent = "Disconnected: reconnecting…";
+      retry();
+    };
+  };
+  again.onclick = () => {
+    again.hidden = true;
+    term.reset();
+    void connect();
+  };
+  void connect();
+  term.focus();
+  stopPage.push(() => {
+    stopped = true;
+    ws?.close();
+    ro.disconnect();
+    term.dispose();
   });
-  body.replaceChildren(h("p", { class: "help" }, "Each line runs as runCommand under the session's policy: no shell, the program and its arguments."), out, form);
-  input.focus();
 }
 
 async function auditTab(body: HTMLElement, base: string): Promise<void> {
