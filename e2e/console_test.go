@@ -20,8 +20,10 @@ import (
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/cwsdev/cws/auth"
 	"github.com/cwsdev/cws/internal/testenv"
@@ -256,6 +258,16 @@ func checkAssets(t *testing.T, base string) {
 	}
 }
 
+// typeLine types a line into the console's terminal as a person's keyboard gives it to
+// xterm.js (text input, then Enter).
+func typeLine(line string) chromedp.Action {
+	return chromedp.Tasks{
+		chromedp.Focus(".xterm-helper-textarea", chromedp.ByQuery),
+		chromedp.ActionFunc(func(ctx context.Context) error { return input.InsertText(line).Do(ctx) }),
+		chromedp.KeyEvent(kb.Enter),
+	}
+}
+
 // TestConsoleBrowser drives the console in a real Chromium against a real cws: sign in,
 // see the session in the list, open it, browse to a file and read it (a denied file is
 // not listed, the open file is marked, a long line scrolls in its own box), run `git
@@ -354,9 +366,9 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Click(`nav.tabs a[href$="/terminal"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(".xterm-rows", chromedp.ByQuery),
 		waitText("[role=status]", "Attached"),
-		chromedp.SendKeys(".xterm-helper-textarea", "git status\n", chromedp.ByQuery),
+		typeLine("git status"),
 		waitText(".xterm-rows", "On branch main"),
-		chromedp.SendKeys(".xterm-helper-textarea", "stty size | sed 's/^/SIZE=/'\n", chromedp.ByQuery),
+		typeLine("stty size | sed 's/^/SIZE=/'"),
 		waitText(".xterm-rows", "SIZE="),
 	)
 	wide := lastSize()
@@ -364,7 +376,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("the terminal input's accessible name: %q, want Terminal input", got)
 	}
 	run(t, ctx, "a narrower window", chromedp.EmulateViewport(700, 900), chromedp.Sleep(500*time.Millisecond),
-		chromedp.SendKeys(".xterm-helper-textarea", "clear; stty size | sed 's/^/SIZE=/'\n", chromedp.ByQuery),
+		typeLine("clear; stty size | sed 's/^/SIZE=/'"),
 		chromedp.Poll(`(() => { const m = [...document.querySelector(".xterm-rows").textContent.matchAll(/SIZE=\d+ \d+/g)]; return m.length > 0; })()`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 	)
 	if narrow := lastSize(); narrow == "" || narrow == wide {
