@@ -196,6 +196,9 @@ func (s *Server) attachTerminal(c *gin.Context) {
 
 	// The viewer's frames: input into the pipe the attach reads, control at once.
 	input, typed := io.Pipe()
+	// Whatever ends the attach, a viewer's frame still being written into the pipe
+	// returns (a Stream that ended, or never read input, leaves it unread).
+	defer input.CloseWithError(io.ErrClosedPipe)
 	go func() {
 		defer cancel()
 		defer typed.Close()
@@ -212,6 +215,10 @@ func (s *Server) attachTerminal(c *gin.Context) {
 				if _, err := typed.Write(data); err != nil {
 					return
 				}
+				continue
+			}
+			if readOnly {
+				refuse(fmt.Errorf("%w: this viewer is read-only (?readonly=1): it can't resize or signal the terminal", workspace.ErrInvalid))
 				continue
 			}
 			if err := s.terminalControl(ctx, ta, data); err != nil {

@@ -157,6 +157,42 @@ func injectRequest(ctx context.Context, req *http.Request, host string, port int
 	return inject(ctx, req.Header, host, port, secs)
 }
 
+// injectPlain is injectRequest for a plain-HTTP request. There nothing but DNS binds
+// the value to the host, and anyone on the path reads it: a secret goes over plain
+// HTTP only to a port its hosts name explicitly ("registry.internal:4873"); a host
+// without a port ("github.com") means HTTPS.
+func injectPlain(ctx context.Context, req *http.Request, host string, port int, secs []Secret) ([]string, error) {
+	probe := req.Header.Clone()
+	if u := req.URL.User; u != nil && probe.Get("Authorization") == "" {
+		p, _ := u.Password()
+		probe.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+p)))
+	}
+	for _, s := range secs {
+		if headerHolds(probe, s.Placeholder) && s.sendsTo(host, port) && !s.Hosts.NamesPort(host, port) {
+			return []string{s.Name}, &refusal{http.StatusForbidden, fmt.Sprintf("egress: secret %s is sent only over HTTPS to %s (or over plain HTTP to a port its hosts name, as %s:%d): use https://", s.Name, host, host, port), s.Name}
+		}
+	}
+	return injectRequest(ctx, req, host, port, secs)
+}
+
+// headerHolds reports whether a header value (or a Basic credential's decoded form)
+// holds the placeholder.
+func headerHolds(h http.Header, placeholder string) bool {
+	for k, vs := range h {
+		for _, v := range vs {
+			if strings.Contains(v, placeholder) {
+				return true
+			}
+			if k == "Authorization" && isBasic(v) {
+				if d, ok := decodeBasic(v); ok && strings.Contains(d, placeholder) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // names is the refused secret's name as a Record's Secrets (none: an unknown one).
 func (r *refusal) names() []string {
 	if r.secret == "" {

@@ -125,7 +125,14 @@ func TestInjectSecrets(t *testing.T) {
 		Hosts: mustRules(t, []string{"registry.test"}, nil), Value: func(context.Context) (string, error) { return "npm_REALVALUE2", nil }}
 	var mode atomic.Int32
 	mode.Store(int32(Open))
-	c, rec := secretPx(t, p, &mode, func() []Secret { return []Secret{gh, npm} })
+	var npmPort atomic.Bool // npm's hosts name the plain server's port
+	c, rec := secretPx(t, p, &mode, func() []Secret {
+		n := npm
+		if npmPort.Load() {
+			n.Hosts = mustRules(t, []string{fmt.Sprintf("registry.test:%d", pport)}, nil)
+		}
+		return []Secret{gh, n}
+	})
 	secretURL := fmt.Sprintf("https://example.com:%d", port)
 
 	do := func(t *testing.T, method, u string, h map[string]string, body string) (int, string) {
@@ -240,15 +247,25 @@ func TestInjectSecrets(t *testing.T) {
 	t.Run("URL userinfo, plain HTTP", func(t *testing.T) {
 		p.Hosts["registry.test"] = pxAddrs("127.0.0.1")
 		pu, _ := c.Transport.(*http.Transport).Proxy(nil)
-		conn, err := net.Dial("tcp", pu.Host)
-		if err != nil {
-			t.Fatal(err)
+		get := func() string {
+			conn, err := net.Dial("tcp", pu.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET http://u:%s@registry.test:%d/pkg HTTP/1.1\r\nHost: registry.test:%d\r\nConnection: close\r\n\r\n", npm.Placeholder, pport, pport)
+			b, _ := io.ReadAll(conn)
+			return string(b)
 		}
-		defer conn.Close()
-		fmt.Fprintf(conn, "GET http://u:%s@registry.test:%d/pkg HTTP/1.1\r\nHost: registry.test:%d\r\nConnection: close\r\n\r\n", npm.Placeholder, pport, pport)
-		b, _ := io.ReadAll(conn)
 		want := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:npm_REALVALUE2"))
-		if !strings.HasPrefix(string(b), "HTTP/1.1 200") || !strings.Contains(plain.all(), want) || strings.Contains(plain.all(), npm.Placeholder) {
+		// hosts "registry.test" means HTTPS: over plain HTTP the value would be readable
+		// by anyone on the path.
+		if b := get(); !strings.HasPrefix(b, "HTTP/1.1 403") || !strings.Contains(b, "only over HTTPS") || strings.Contains(plain.all(), "npm_REALVALUE2") {
+			t.Errorf("plain HTTP to a secret's host without its port named: %q; the server got:\n%s", b, plain.all())
+		}
+		npmPort.Store(true)
+		defer npmPort.Store(false)
+		if b := get(); !strings.HasPrefix(b, "HTTP/1.1 200") || !strings.Contains(plain.all(), want) || strings.Contains(plain.all(), npm.Placeholder) {
 			t.Errorf("answer %q; the server got:\n%s", b, plain.all())
 		}
 	})

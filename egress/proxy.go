@@ -237,7 +237,7 @@ func (p *Proxy) Serve(ctx context.Context, conn net.Conn, t Target) {
 		if hasPlaceholder(req.Header, req.RequestURI) {
 			secs, err := t.secrets(ctx)
 			if err == nil {
-				rec.Secrets, err = injectRequest(ctx, req, host, port, secs)
+				rec.Secrets, err = injectPlain(ctx, req, host, port, secs)
 			}
 			if err != nil {
 				rf := asRefusal(err)

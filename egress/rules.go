@@ -122,6 +122,22 @@ func (r Rules) Allows(host string, port int) (ok bool, rule string) {
 	return true, ""
 }
 
+// NamesPort reports whether an allow entry that matches host names port explicitly
+// (an entry without a port matches every port, but does not name one). Secrets go
+// over plain HTTP only to a port their hosts name.
+func (r Rules) NamesPort(host string, port int) bool {
+	t, err := parseQuery(host)
+	if err != nil {
+		return false
+	}
+	for _, list := range r.allow {
+		if slices.ContainsFunc(list, func(e entry) bool { return e.port == port && e.matches(t, port) }) {
+			return true
+		}
+	}
+	return false
+}
+
 // DeniesIP reports whether a resolved address that was dialled by name is
 // refused by an IP or CIDR entry of the deny list. Allow entries are not
 // consulted: the name already matched one. rule names the deny entry, and is

@@ -167,6 +167,16 @@ var auditRedacted = map[string]bool{"content": true, "contents": true, "patch": 
 
 // auditArgs is a call's arguments as one line of compact JSON (written data redacted
 // to its size), cut short.
+// auditRedactedFold reports whether k names a redacted argument in another case.
+func auditRedactedFold(k string) bool {
+	for r := range auditRedacted {
+		if strings.EqualFold(r, k) {
+			return true
+		}
+	}
+	return false
+}
+
 func auditArgs(args json.RawMessage) string {
 	if len(args) == 0 {
 		return ""
@@ -176,7 +186,8 @@ func auditArgs(args json.RawMessage) string {
 		// What a call writes or sets (file contents, patches, environment values) is
 		// the caller's data: the audit keeps its size, not its bytes.
 		for k, v := range obj {
-			if auditRedacted[k] {
+			// By any case: JSON decoding matches field names regardless of it.
+			if auditRedacted[k] || auditRedactedFold(k) {
 				obj[k], _ = json.Marshal(fmt.Sprintf("(%d bytes)", len(v)))
 			}
 		}

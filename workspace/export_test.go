@@ -7,3 +7,6 @@ func FlushRenewals(svc *Service) { svc.flushRenewals(context.Background()) }
 
 // MapAgentError is mapAgentError, for the error-mapping tests.
 var MapAgentError = mapAgentError
+
+// AuditArgs is auditArgs, for the redaction tests.
+var AuditArgs = auditArgs
