@@ -1100,7 +1100,12 @@ import_images() {
 	running containerd && ctr -a "$SOCK" version >/dev/null 2>&1 ||
 		die "the cluster's containerd is not running; run scripts/kube.sh up first"
 	docker info >/dev/null 2>&1 || die "docker is not reachable; run scripts/deps.sh (make deps) first"
-	local img id ref t0 old
+	local img id ref t0 old try
+	# One import at a time: containerd's garbage collection after one import's `images
+	# rm` can take a snapshot another import running beside it is about to extend
+	# ("parent snapshot ... does not exist"), as tests importing in parallel saw.
+	exec 9>"$STATE/import.lock"
+	flock 9
 	for img in "$@"; do
 		id=$(docker image inspect -f '{{.Id}}' "$img" 2>/dev/null) ||
 			die "no image $img in the local Docker engine (build it first, e.g. make images)"
@@ -1112,8 +1117,12 @@ import_images() {
 		fi
 		t0=$SECONDS
 		say "$img: importing (docker save | ctr import) ..."
-		docker save "$img" | ctrd images import - >/dev/null ||
-			die "importing $img failed; see $LOGS/containerd.log"
+		for try in 1 2 3; do
+			docker save "$img" | ctrd images import - >/dev/null && break
+			[ "$try" -lt 3 ] || die "importing $img failed; see $LOGS/containerd.log"
+			say "$img: the import failed (try $try of 3); trying again"
+			sleep 2
+		done
 		ctrd images label "$ref" "cws.docker-id=$id" >/dev/null ||
 			die "$img was imported but not as $ref; check ctr -a $SOCK -n k8s.io images ls"
 		# The replaced image's by-id name (CRI's) would keep its layers forever.
