@@ -45,7 +45,7 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	if err := b.mkdirs(filepath.Dir(p)); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil { // durable with the next record (syncAll)
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
@@ -91,23 +91,6 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
-}
-
-// mkdirs makes dir and its missing parents beneath the store.
-func (b *FileBackend) mkdirs(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	if dir == b.dir || !strings.HasPrefix(dir, b.dir+string(filepath.Separator)) {
-		return os.MkdirAll(dir, 0o700)
-	}
-	if err := b.mkdirs(filepath.Dir(dir)); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return nil // durable with the next record (syncAll)
 }
 
 // syncAll makes everything written beneath the store durable: syncfs(2) on its file
