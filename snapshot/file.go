@@ -116,6 +116,28 @@ func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error
 	return f, err
 }
 
+func (b *FileBackend) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if off < 0 || n <= 0 {
+		return nil, fmt.Errorf("snapshot store: get %s: bad range %d+%d", key, off, n)
+	}
+	rc, err := b.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	f := rc.(*os.File)
+	if fi, err := f.Stat(); err != nil || fi.Size() < off+n {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("range %d+%d past its end (%d bytes)", off, n, fi.Size())
+		}
+		return nil, fmt.Errorf("snapshot store: get %s: %w", key, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, off, n), f}, nil
+}
+
 func (b *FileBackend) Exists(ctx context.Context, key string) (bool, error) {
 	p, err := b.path(key)
 	if err != nil {
