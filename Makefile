@@ -14,7 +14,7 @@ CC ?= cc
 
 # Fuzz targets run by `make test`, as package:FuzzName[:fuzztime] (FUZZTIME when
 # omitted). A target whose function does not exist yet is skipped with a message.
-FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch ./sandbox/agent:FuzzArchiveRoundTrip:30x
+FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch ./sandbox/agent:FuzzArchiveRoundTrip:30x ./snapshot:FuzzPackRoundTrip:20x
 FUZZTIME     ?= 200000x
 TEST_TIMEOUT ?= 45m
 

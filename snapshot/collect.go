@@ -90,6 +90,7 @@ type collection struct {
 	used    map[string]bool
 	cutoff  time.Time
 	refresh func() error
+	home    map[string]string // a used blob's pack
 	n       int
 	freed   int64
 }
@@ -177,6 +178,7 @@ func (c *collection) packs(ctx context.Context) error {
 			rewrite = append(rewrite, pk)
 		}
 	}
+	c.home = home
 	if len(drop) == 0 && len(rewrite) == 0 && len(indexKeys) <= 1 {
 		return nil
 	}
@@ -263,11 +265,13 @@ func (c *collection) delete(ctx context.Context, key string) error {
 	return c.s.b.Delete(ctx, key)
 }
 
-// loose collects the blobs an older cws stored one per object.
+// loose collects the blobs an older cws stored one per object: those no snapshot
+// uses, and those a pack holds as well.
 func (c *collection) loose(ctx context.Context) error {
 	var old []Object
 	if err := c.s.b.List(ctx, c.tenant+"/blobs/", func(o Object) error {
-		if o.Modified.Before(c.cutoff) && !c.used[path.Base(o.Key)] {
+		sum := path.Base(o.Key)
+		if o.Modified.Before(c.cutoff) && (!c.used[sum] || c.home[sum] != "") {
 			old = append(old, o)
 		}
 		return nil
