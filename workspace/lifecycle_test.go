@@ -532,9 +532,9 @@ func TestWakeFromBrokenArchive(t *testing.T) {
 	if archived.State != workspace.StateArchived {
 		t.Fatalf("the session is %s, want archived", archived.State)
 	}
-	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "blobs", "*", "*"))
+	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "packs", "*", "*"))
 	if len(blobs) == 0 {
-		t.Fatal("no blobs in the store")
+		t.Fatal("no packs in the store")
 	}
 	if err := os.Remove(blobs[len(blobs)-1]); err != nil {
 		t.Fatal(err)
