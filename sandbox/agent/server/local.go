@@ -146,6 +146,9 @@ var identity struct {
 	once   sync.Once
 	err    error
 	groups []int // the process's supplementary groups, put back after each call
+	// The process's own effective uid and gid, put back after each call: read once (two
+	// system calls fewer per read; cws never changes them).
+	uid, gid int
 }
 
 // identityCheck says, once, whether this process can take another identity at all:
@@ -158,6 +161,7 @@ func identityCheck() error {
 			return
 		}
 		identity.groups = groups
+		identity.uid, identity.gid = os.Geteuid(), os.Getegid()
 		done := make(chan bool)
 		go func() {
 			runtime.LockOSThread()
@@ -194,7 +198,7 @@ func takeIdentity(uid, gid int) (ok bool, restore func() bool) {
 // restoreIdentity puts the process's own file-system identity and groups back on this
 // thread.
 func restoreIdentity() bool {
-	uid, gid := os.Geteuid(), os.Getegid()
+	uid, gid := identity.uid, identity.gid
 	_, _ = unix.SetfsuidRetUid(uid)
 	_, _ = unix.SetfsgidRetGid(gid)
 	cu, _ := unix.SetfsuidRetUid(uid)
