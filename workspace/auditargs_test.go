@@ -44,3 +44,22 @@ func TestAuditArgsRedactedHowever(t *testing.T) {
 }
 
 const auditMax = 160 // workspace.auditArgsMax
+
+// BenchmarkAuditArgs: what the audit of a call's arguments costs the call, for
+// arguments that name nothing redacted (most calls: the text alone is scanned) and
+// for arguments that do (decoded, redacted, encoded again).
+//
+//	go test ./workspace -run '^$' -bench AuditArgs -benchmem
+func BenchmarkAuditArgs(b *testing.B) {
+	for _, bc := range []struct{ name, args string }{
+		{"path", `{"path":"f4k"}`},
+		{"path and text", `{"path":"f4k","text":"hunter2"}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			args := json.RawMessage(bc.args)
+			for b.Loop() {
+				workspace.AuditArgs(args)
+			}
+		})
+	}
+}
