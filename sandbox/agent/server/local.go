@@ -105,7 +105,20 @@ const localMax = 64 << 20
 
 func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
 	run, ok := l.s.ops[h.Op]
-	if !ok || h.Stream || h.ID != "" || (h.Op == agent.OpRead && !boundedRead(h.Args)) || !l.enter() {
+	if !ok || h.Stream || h.ID != "" {
+		return false
+	}
+	if h.Op == agent.OpRead {
+		// Decoded once: to see that the read is bounded, and for the read itself.
+		a, ok := boundedRead(h.Args)
+		if !ok {
+			return false
+		}
+		run = func(ctx context.Context, _ json.RawMessage, _ []byte, r *op.Responder) (any, error) {
+			return l.s.files.ReadDecoded(ctx, a, r)
+		}
+	}
+	if !l.enter() {
 		return false
 	}
 	defer l.leave()
@@ -125,13 +138,14 @@ func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.W
 	return true
 }
 
-// boundedRead says whether a read asks for at most localMax bytes.
-func boundedRead(args json.RawMessage) bool {
+// boundedRead decodes a read's arguments and says whether it asks for at most
+// localMax bytes.
+func boundedRead(args json.RawMessage) (agent.ReadArgs, bool) {
 	var a agent.ReadArgs
 	if json.Unmarshal(args, &a) != nil {
-		return false
+		return a, false
 	}
-	return (a.MaxSize > 0 && a.MaxSize <= localMax) || (a.Length > 0 && a.Length <= localMax)
+	return a, (a.MaxSize > 0 && a.MaxSize <= localMax) || (a.Length > 0 && a.Length <= localMax)
 }
 
 // The identity switch. A thread's credentials are its own under Linux (the raw
