@@ -48,7 +48,7 @@ func TestPercentile(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	in := ms(5, 1, 3)
 	r := Summarize("x", in)
-	want := Row{Name: "x", N: 3, Mean: 3 * time.Millisecond, P50: 3 * time.Millisecond, P99: 5 * time.Millisecond,
+	want := Row{Name: "x", N: 3, Mean: 3 * time.Millisecond, P50: 3 * time.Millisecond, P90: 5 * time.Millisecond, P99: 5 * time.Millisecond,
 		Min: time.Millisecond, Max: 5 * time.Millisecond}
 	if r != want {
 		t.Errorf("Summarize = %+v, want %+v", r, want)
@@ -89,10 +89,10 @@ func TestWriteTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "| operation | n | mean | p50 | p99 | note |\n" +
-		"|---|---:|---:|---:|---:|---|\n" +
-		"| fast | 2 | 1 ms | 800 µs | 1.2 ms |  |\n" +
-		"| skipped | 0 | n/a | n/a | n/a | no samples |\n"
+	want := "| operation | n | mean | p50 | p90 | p99 | note |\n" +
+		"|---|---:|---:|---:|---:|---:|---|\n" +
+		"| fast | 2 | 1 ms | 800 µs | 1.2 ms | 1.2 ms |  |\n" +
+		"| skipped | 0 | n/a | n/a | n/a | n/a | no samples |\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
