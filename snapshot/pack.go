@@ -305,15 +305,25 @@ func (ti *tenantIndex) lookup(sum string) (loc, bool) {
 // objects it has not read are read, and those gone (merged by a collection) are
 // forgotten. It returns the index objects there are.
 func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, []string, error) {
-	ti := s.indexOf(tenant)
-	var keys []string
+	for try := 0; ; try++ {
+		ti, keys, merged, err := s.refreshIndexOnce(ctx, tenant)
+		// An index object gone between the list and its read was merged by a
+		// collection: the list of a moment later names the object it went into.
+		if err != nil || !merged || try == 2 {
+			return ti, keys, err
+		}
+	}
+}
+
+func (s *Store) refreshIndexOnce(ctx context.Context, tenant string) (ti *tenantIndex, keys []string, merged bool, err error) {
+	ti = s.indexOf(tenant)
 	if err := s.b.List(ctx, tenant+"/index/", func(o Object) error {
 		if id, ok := strings.CutSuffix(path.Base(o.Key), ".json.zst"); ok && validPackID(id) {
 			keys = append(keys, o.Key)
 		}
 		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("list the index: %w", err)
+		return nil, nil, false, fmt.Errorf("list the index: %w", err)
 	}
 	slices.Sort(keys)
 	ti.mu.Lock()
@@ -325,20 +335,22 @@ func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, 
 	}
 	ti.mu.Unlock()
 	read := make([][]packInfo, len(missing))
+	var gone atomic.Bool
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i, k := range missing {
 		g.Go(func() error {
 			packs, err := s.readIndex(gctx, k)
 			if errors.Is(err, ErrNotFound) {
-				return nil // merged by a collection meanwhile: its packs are in the new one
+				gone.Store(true) // merged by a collection meanwhile
+				return nil
 			}
 			read[i] = packs
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	ti.mu.Lock()
 	defer ti.mu.Unlock()
@@ -346,11 +358,11 @@ func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, 
 	for _, k := range keys {
 		present[k] = true
 	}
-	gone := false
+	forgot := false
 	for k := range ti.files {
 		if !present[k] {
 			delete(ti.files, k)
-			gone = true
+			forgot = true
 		}
 	}
 	for i, k := range missing {
@@ -358,7 +370,7 @@ func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, 
 			ti.files[k] = read[i]
 		}
 	}
-	if gone {
+	if forgot {
 		ti.locs = map[string]loc{}
 		for _, k := range slices.Sorted(mapKeys(ti.files)) {
 			ti.merge(ti.files[k])
@@ -368,7 +380,7 @@ func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, 
 			ti.merge(read[i])
 		}
 	}
-	return ti, keys, nil
+	return ti, keys, gone.Load(), nil
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
