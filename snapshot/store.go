@@ -16,6 +16,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +119,11 @@ func unpackNames(es []entry) {
 // ErrBadRecord is a snapshot record that can't be read (torn, or not cws's).
 var ErrBadRecord = errors.New("bad snapshot record")
 
+// ErrStaleRef is a capture that sent a file as a reference (agent.TarRef) to contents
+// the Write was not told the workspace holds, or the store no longer has: capture it
+// again without references.
+var ErrStaleRef = errors.New("the capture referred to contents the store can't vouch for")
+
 // ErrTooLarge is a workspace past the limit Write was given.
 var ErrTooLarge = errors.New("snapshot too large")
 
@@ -184,29 +190,53 @@ const inMemory = 8 << 20
 // ErrTooLarge, and nothing of it is recorded. The record is written last: a snapshot
 // exists once it is whole.
 func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int64) (*Snapshot, error) {
+	snap, _, err := s.WriteRefs(ctx, meta, r, limit, nil)
+	return snap, err
+}
+
+// WriteRefs is Write of a capture that may send files as references to contents
+// (agent.TarOutArgs.Refs): known are those it may name (what the same workspace's
+// earlier snapshots held, as WriteRefs returned them); a reference to any other, or to
+// contents the store no longer holds, is ErrStaleRef. It returns the contents the
+// snapshot holds, for the next capture's known.
+func (s *Store) WriteRefs(ctx context.Context, meta Snapshot, r io.Reader, limit int64, known map[string]bool) (*Snapshot, map[string]bool, error) {
+	snap, es, err := s.write(ctx, meta, r, limit, known)
+	if err != nil {
+		return nil, nil, err
+	}
+	sums := make(map[string]bool, len(es))
+	for _, e := range es {
+		if e.Blob != "" {
+			sums[e.Blob] = true
+		}
+	}
+	return snap, sums, nil
+}
+
+func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int64, known map[string]bool) (*Snapshot, []entry, error) {
 	if !ValidID(meta.ID) || meta.Tenant == "" {
-		return nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
+		return nil, nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
 	}
 	release, err := s.lease(ctx, meta.Tenant, meta.ID)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: announce the write: %w", err)
+		return nil, nil, fmt.Errorf("snapshot: announce the write: %w", err)
 	}
 	defer release()
 	// What the tenant's store holds, read after the lease: a collection that ended
 	// before it has merged the index, and none starts until the lease is gone.
 	ti, _, err := s.refreshIndex(ctx, meta.Tenant)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+		return nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.workers)
 	p := s.newPacker(ctx, meta.Tenant) // not gctx: that ends with g.Wait, before the last pack
 
-	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}, index: ti, p: p}
+	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}, index: ti, p: p, known: known}
 	if err := w.read(r); err != nil {
 		_ = g.Wait() // the files already handed out end before their contents go
 		_ = p.g.Wait()
-		return nil, err
+		return nil, nil, err
 	}
 	err = g.Wait()
 	packs, perr := p.flush()
@@ -214,16 +244,16 @@ func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 		err = perr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: store the files: %w", err)
+		return nil, nil, fmt.Errorf("snapshot: store the files: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stored := p.stored.Load()
 	if len(packs) > 0 {
 		_, n, err := s.writeIndex(ctx, meta.Tenant, packs)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
+			return nil, nil, fmt.Errorf("snapshot: %w", err)
 		}
 		stored += n
 	}
@@ -238,22 +268,22 @@ func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 		l, ok := p.locs[e.Blob]
 		if !ok {
 			if l, ok = ti.lookup(e.Blob); !ok {
-				return nil, fmt.Errorf("snapshot: %s: its contents %s were stored nowhere", e.Path, e.Blob)
+				return nil, nil, fmt.Errorf("snapshot: %s: its contents %s were stored nowhere", e.Path, e.Blob)
 			}
 		}
 		e.Pack, e.Off, e.Len = l.Pack, l.Off, l.Len
 	}
 	snap, err := s.finish(ctx, meta, w.entries, stored)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Read it back: a snapshot that is the only copy (an archive) must be proven
 	// readable before anything of the workspace is removed.
 	if err := s.verify(ctx, snap, len(w.entries)); err != nil {
 		_ = s.Delete(context.WithoutCancel(ctx), meta.Tenant, meta.ID)
-		return nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
+		return nil, nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
 	}
-	return snap, nil
+	return snap, w.entries, nil
 }
 
 // verify reads a snapshot's record and entries back from the store.
@@ -283,8 +313,9 @@ type writing struct {
 	meta    *Snapshot
 	limit   int64
 	entries []entry
-	index   *tenantIndex // what the tenant's store holds already
-	p       *packer      // what this snapshot adds
+	index   *tenantIndex    // what the tenant's store holds already
+	p       *packer         // what this snapshot adds
+	known   map[string]bool // contents a reference may name (WriteRefs)
 
 	mu      sync.Mutex
 	pending map[string]bool // contents being stored or stored already
@@ -337,7 +368,7 @@ func (w *writing) read(r io.Reader) error {
 		}
 		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
 		for k, v := range h.PAXRecords {
-			if strings.HasPrefix(k, "CWS.") {
+			if strings.HasPrefix(k, "CWS.") && k != agent.TarRef && k != agent.TarRefSize {
 				if e.PAX == nil {
 					e.PAX = map[string]string{}
 				}
@@ -352,14 +383,28 @@ func (w *writing) read(r io.Reader) error {
 				w.meta.Files++
 			}
 		case tar.TypeReg:
+			if ref, ok := h.PAXRecords[agent.TarRef]; ok {
+				// Unchanged since the workspace's last capture: its contents by name.
+				size, err := strconv.ParseInt(h.PAXRecords[agent.TarRefSize], 10, 64)
+				if err != nil || size < 0 || h.Size != 0 {
+					return fmt.Errorf("snapshot: read the workspace: %s: a bad reference", h.Name)
+				}
+				if !w.known[ref] {
+					return fmt.Errorf("%w: %s", ErrStaleRef, h.Name)
+				}
+				if _, ok := w.index.lookup(ref); !ok {
+					return fmt.Errorf("%w: %s: its contents are no longer stored", ErrStaleRef, h.Name)
+				}
+				h.Size, e.Blob = size, ref
+			}
 			w.meta.Files++
 			w.meta.Bytes += h.Size
 			if w.limit > 0 && w.meta.Bytes > w.limit {
 				return fmt.Errorf("%w: the workspace holds more than %d bytes of files", ErrTooLarge, w.limit)
 			}
 			e.Size = h.Size
-			if h.Size == 0 {
-				break // nothing to store
+			if h.Size == 0 || e.Blob != "" {
+				break // nothing to store, or stored already
 			}
 			if h.Size <= inMemory {
 				// Hashed by the worker that stores it, so that hashing runs beside the
