@@ -155,6 +155,6 @@ func benchArchive(ctx context.Context, e *env) ([]bench.Row, error) {
 	}
 	e.logf("archive: tar -x of the same tree in the container…")
 	x, err := tarX(ctx, box, n)
-	rows = append(rows, note(bench.Summarize(rowTarX17, x), "GNU tar in the woken container, as the workspace's owner, from a tar file in its own layer into a new directory of /workspace; timed inside (date +%s%N)"))
+	rows = append(rows, note(bench.Summarize(rowTarX17, x), "GNU tar in the woken container, as the workspace's owner, from a tar file in /workspace (page-cached) into a new directory of it; timed inside (date +%s%N)"))
 	return rows, err
 }

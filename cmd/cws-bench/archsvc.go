@@ -156,15 +156,17 @@ func timeInBox(ctx context.Context, id, user, script string) (time.Duration, err
 	return time.Duration(ns), nil
 }
 
-// The anchors' scripts, in the workspace volume of a session's container: the tree
-// (all of /workspace) into a tar file in the container's own layer, then tar -x of
-// it into a new directory of the same volume, timed. .bench-x is removed after.
+// The anchors' scripts, in the workspace volume of a session's container (its root
+// is read-only and /tmp a small tmpfs): the tree (all of /workspace) into a tar file
+// in the same volume, then tar -x of it into a new directory of the volume, timed;
+// tar -c of the tree into a pipe, timed. What they add is removed after.
 const (
-	anchorTar = `set -e; cd /workspace; tar -cf /tmp/bench-anchor.tar --exclude=./.bench-x .; echo 0`
+	anchorTar = `set -e; cd /workspace; tar -cf .bench-anchor.tar --exclude=./.bench-x --exclude=./.bench-anchor.tar .; echo 0`
 	anchorX   = `set -e; rm -rf /workspace/.bench-x; mkdir /workspace/.bench-x; s=$(date +%s%N); ` +
-		`tar -xf /tmp/bench-anchor.tar -C /workspace/.bench-x; e=$(date +%s%N); rm -rf /workspace/.bench-x; echo $((e - s))`
-	anchorC     = `set -e; cd /workspace; s=$(date +%s%N); tar -cf - --exclude=./.bench-x . | cat >/dev/null; e=$(date +%s%N); echo $((e - s))`
-	anchorClean = `rm -rf /tmp/bench-anchor.tar /workspace/.bench-x; echo 0`
+		`tar -xf /workspace/.bench-anchor.tar -C /workspace/.bench-x; e=$(date +%s%N); rm -rf /workspace/.bench-x; echo $((e - s))`
+	anchorC = `set -e; cd /workspace; s=$(date +%s%N); tar -cf - --exclude=./.bench-x --exclude=./.bench-anchor.tar . | cat >/dev/null; ` +
+		`e=$(date +%s%N); echo $((e - s))`
+	anchorClean = `rm -rf /workspace/.bench-anchor.tar /workspace/.bench-x; echo 0`
 )
 
 // workspaceOwner is the uid:gid that owns /workspace in container box: the user
