@@ -77,7 +77,7 @@ func benchArchive(ctx context.Context, e *env) ([]bench.Row, error) {
 		return nil
 	}
 	log, restores := newRestoreLog(e)
-	a := newArchSvc(e, d, rig.store, e.image, log)
+	a := newArchSvc(e, d, rig.store, e.image, log, 0)
 	defer a.close(ctx)
 
 	id, err := a.create(ctx)

@@ -88,7 +88,7 @@ func benchArchiveKube(ctx context.Context, e *env) ([]bench.Row, error) {
 		return nil
 	}
 	log, restores := newRestoreLog(e)
-	a := newArchSvc(e, d, rig.store, image, log)
+	a := newArchSvc(e, d, rig.store, image, log, 0)
 	defer a.close(ctx)
 
 	if err := poolReady(); err != nil {

@@ -31,10 +31,12 @@ type archSvc struct {
 	made   []string
 }
 
-func newArchSvc(e *env, sb workspace.Sandboxes, store *snapshot.Store, image string, log *slog.Logger) *archSvc {
+// newArchSvc makes the service; readyTimeout is its ReadyTimeout (0: the default,
+// 60 s), which also bounds a wake (ReadyTimeout + 2 min).
+func newArchSvc(e *env, sb workspace.Sandboxes, store *snapshot.Store, image string, log *slog.Logger, readyTimeout time.Duration) *archSvc {
 	svc := workspace.New(workspace.Config{Tools: toolset.All(), Diff: toolset.Diff, Store: memstore.New(), Sandboxes: sb,
 		Tenants: policy.ByTenant{auth.DevTenantID: policy.Default()}, DefaultImage: image, LocalReads: e.localReads,
-		Snapshots: store, SuspendAfter: time.Hour, ArchiveAfter: time.Nanosecond, Log: log})
+		Snapshots: store, SuspendAfter: time.Hour, ArchiveAfter: time.Nanosecond, Log: log, ReadyTimeout: readyTimeout})
 	return &archSvc{e: e, svc: svc, store: store,
 		caller: workspace.Caller{Tenant: auth.DevTenantID, Subject: "bench-archive", Scopes: auth.AllScopes()}}
 }
@@ -72,13 +74,17 @@ func (a *archSvc) run(ctx context.Context, id, command string, args ...string) e
 }
 
 // read reads path in session id; a wake that outlasts the call's wait (the call
-// answers "still waking, retry") is retried until the file comes, as a client would.
+// answers "still waking, retry") is retried until the file comes, as a client would,
+// but a wake that failed (the session records why) is an error.
 func (a *archSvc) read(ctx context.Context, id, path string) error {
 	b, _ := json.Marshal(map[string]string{"path": path})
+	start := time.Now()
 	for {
 		res, err := a.svc.Call(ctx, a.caller, id, "readFile", b, workspace.CallOptions{})
 		if errors.Is(err, workspace.ErrUnavailable) && ctx.Err() == nil {
-			a.e.logf("…%v", err)
+			if s, gerr := a.svc.GetSession(ctx, a.caller, id); gerr == nil && s.WakeErrorAt.After(start) {
+				return fmt.Errorf("the wake failed after %s: %s", time.Since(start).Round(time.Second), s.WakeError)
+			}
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}

@@ -112,6 +112,8 @@ func New(target string) (*Proxy, error) {
 		Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 			MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
 		FlushInterval: -1, // stream bodies as they come
+		// The client sees the failure; a bench's log needs no line per request.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) },
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Body != nil && resp.Body != http.NoBody {
 				resp.Body = &countingBody{ReadCloser: resp.Body, n: &p.bytes}

@@ -413,3 +413,22 @@ func TestSignedRequestsToS3(t *testing.T) {
 		t.Errorf("a URL signed for %s, through the proxy: %d, want 403 (the proxy must not rewrite Host)", u.Host, resp.StatusCode)
 	}
 }
+
+// TestServerGone: a request the server can't be reached for answers 502, counted.
+func TestServerGone(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	target := srv.URL
+	srv.Close()
+	p := start(t, target)
+	resp, err := http.Get(p.URL + "/b/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a request to a server that is gone: %d, want 502", resp.StatusCode)
+	}
+	if c := p.Counts(); c.Get != 1 {
+		t.Errorf("counts = %+v, want the GET counted", c)
+	}
+}
