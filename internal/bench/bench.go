@@ -96,6 +96,10 @@ func WriteTable(w io.Writer, rows []Row) error {
 			fmt.Fprintf(&b, "| %s | %d | — | %.1f MiB | — | — | %s |\n", r.Name, r.N, float64(r.Bytes)/(1<<20), r.Note)
 			continue
 		}
+		if r.P50 == 0 && r.Rate > 0 { // a count (requests), not a latency: in the p50 column
+			fmt.Fprintf(&b, "| %s | %d | — | %.0f | — | — | %s |\n", r.Name, r.N, r.Rate, r.Note)
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Name, r.N, Format(r.Mean), Format(r.P50), Format(r.P90), Format(r.P99), r.Note)
 	}
 	_, err := io.WriteString(w, b.String())

@@ -85,6 +85,7 @@ func TestWriteTable(t *testing.T) {
 	err := WriteTable(&b, []Row{
 		Summarize("fast", []time.Duration{800 * time.Microsecond, 1200 * time.Microsecond}),
 		{Name: "skipped", Note: "no samples"},
+		{Name: "PUTs", N: 1, Rate: 2077, Note: "a count"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +93,8 @@ func TestWriteTable(t *testing.T) {
 	want := "| operation | n | mean | p50 | p90 | p99 | note |\n" +
 		"|---|---:|---:|---:|---:|---:|---|\n" +
 		"| fast | 2 | 1 ms | 800 µs | 1.2 ms | 1.2 ms |  |\n" +
-		"| skipped | 0 | n/a | n/a | n/a | n/a | no samples |\n"
+		"| skipped | 0 | n/a | n/a | n/a | n/a | no samples |\n" +
+		"| PUTs | 1 | — | 2077 | — | — | a count |\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}
