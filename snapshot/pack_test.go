@@ -574,3 +574,44 @@ func TestOldStoreKeepsWorking(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// BenchmarkStore writes and reads 2,000 files of random bytes (17 MB) through the
+// file backend: the store's own part of an archive and of a wake.
+func BenchmarkStore(b *testing.B) {
+	var names []string
+	files := map[string]string{}
+	for i := range 2000 {
+		n := fmt.Sprintf("d%02d/f%04d", i%20, i)
+		if i < 20 {
+			names, files[fmt.Sprintf("d%02d/", i)] = append(names, fmt.Sprintf("d%02d/", i)), ""
+		}
+		names, files[n] = append(names, n), randomText(8500)
+	}
+	stream := tarball(b, names, files)
+	be, err := NewFileBackend(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := NewStore(be)
+	ctx := context.Background()
+	var last *Snapshot
+	b.Run("write", func(b *testing.B) {
+		for range b.N {
+			// A tenant of its own each time: every file is stored.
+			snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: NewID(), Kind: KindArchive}, bytes.NewReader(stream), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = snap
+		}
+		b.SetBytes(int64(len(stream)))
+	})
+	b.Run("read", func(b *testing.B) {
+		for range b.N {
+			if _, err := s.Read(ctx, last.Tenant, last.ID, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(len(stream)))
+	})
+}

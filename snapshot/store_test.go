@@ -99,7 +99,7 @@ func TestBackendContract(t *testing.T) {
 
 // tarball is a tar stream of files (path → contents; a trailing / is a directory, a
 // value "-> target" a symlink), in the order given by names.
-func tarball(t *testing.T, names []string, files map[string]string) []byte {
+func tarball(t testing.TB, names []string, files map[string]string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
