@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -79,7 +80,10 @@ func (s *Store) read(ctx context.Context, tenant, id string, es []entry, w io.Wr
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &restoring{s: s, tenant: tenant, id: id}
-	tw := tar.NewWriter(w)
+	// Writes of 256 KiB: an agent's upload sends each write as a frame, and a tar
+	// writer's own are a header or a small file each.
+	bw := bufio.NewWriterSize(w, 256<<10)
+	tw := tar.NewWriter(bw)
 	header := func(e *entry) error {
 		h := &tar.Header{Name: e.Path, Typeflag: e.Type, Mode: e.Mode, Size: e.Size, Linkname: e.Link, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX, PAXRecords: e.PAX}
 		if e.Type != tar.TypeReg {
@@ -167,7 +171,10 @@ func (s *Store) read(ctx context.Context, tenant, id string, es []entry, w io.Wr
 			}
 		}
 	}
-	return tw.Close()
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // plan groups the blobs sums into spans: by pack, in the order each pack is first
