@@ -144,6 +144,7 @@ func (c *collection) packs(ctx context.Context) error {
 	}
 	slices.Sort(orphans)
 	var keep, drop, rewrite []packInfo
+	adopted := false
 	for _, id := range orphans {
 		blobs, err := s.readPackHeader(ctx, tenant, id, stored[id].Size)
 		if err != nil {
@@ -157,7 +158,7 @@ func (c *collection) packs(ctx context.Context) error {
 			}
 		}
 		if adopt {
-			keep = append(keep, pk)
+			keep, adopted = append(keep, pk), true
 		} else {
 			drop = append(drop, pk)
 		}
@@ -179,7 +180,7 @@ func (c *collection) packs(ctx context.Context) error {
 		}
 	}
 	c.home = home
-	if len(drop) == 0 && len(rewrite) == 0 && len(indexKeys) <= 1 {
+	if len(drop) == 0 && len(rewrite) == 0 && !adopted && len(indexKeys) <= 1 {
 		return nil
 	}
 	// The live blobs of the packs to rewrite, into new packs.
