@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 )
 
@@ -158,4 +161,62 @@ func mustTCP(t *testing.T, c *net.TCPConn) *net.TCPConn {
 		t.Fatal(err)
 	}
 	return tc
+}
+
+// A stream that names a connection the host does not hold (never sent, or dropped as
+// not a TCP socket) gets "not taken", and then carries the connection itself.
+func TestTakeEgressNotHeld(t *testing.T) {
+	a, b := net.Pipe()
+	agentSess, err := yamux.Server(a, YamuxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentSess.Close()
+	hostSess, err := yamux.Client(b, YamuxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostSess.Close()
+	_, hostEnd := unixPair(t)
+	l := &link{sess: hostSess, inbox: newConnInbox(hostEnd)}
+	got := make(chan net.Conn, 1)
+	c := NewClient(nil, "test", nil).WithEgress(func(conn net.Conn) { got <- conn })
+	go c.acceptEgress(l)
+
+	st, err := agentSess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(5 * time.Second))
+	args, _ := json.Marshal(EgressArgs{Conn: "127.0.0.1:40000"})
+	if err := WriteFrame(st, &Header{Op: OpEgress, Args: args}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := ReadFrame(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans EgressAnswer
+	if err := json.Unmarshal(h.Result, &ans); err != nil || ans.Taken {
+		t.Fatalf("answer %s (%v), want not taken", h.Result, err)
+	}
+	if _, err := st.Write([]byte("over the stream")); err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	select {
+	case conn = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the egress handler got nothing")
+	}
+	defer conn.Close()
+	if _, ok := conn.(*yamux.Stream); !ok {
+		t.Fatalf("the handler got a %T, want the stream", conn)
+	}
+	buf := make([]byte, len("over the stream"))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "over the stream" {
+		t.Fatalf("the handler read %q, %v", buf, err)
+	}
 }
