@@ -20,7 +20,14 @@ import (
 
 // socketEdgeClient is edgeClient over a real unix socket, as the Docker driver's
 // socket transport dials: the host asks for the egress connections' descriptors.
-func socketEdgeClient(t *testing.T, srv *server.Server, h agent.EgressFunc) *agent.Client {
+func socketEdgeClient(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
+	return unixEdgeClient(t, srv, h, true)
+}
+
+// unixEdgeClient is edgeClient over a real unix socket; handover: the client may take
+// egress connections (it knows the socket is one, as an agent.UnixConner), else their
+// bytes ride their streams over the socket.
+func unixEdgeClient(t testing.TB, srv *server.Server, h agent.EgressFunc, handover bool) *agent.Client {
 	t.Helper()
 	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
 		fds, err := socketpair()
@@ -28,11 +35,16 @@ func socketEdgeClient(t *testing.T, srv *server.Server, h agent.EgressFunc) *age
 			return nil, err
 		}
 		go srv.ServeConn(fds[1])
+		if !handover {
+			return fds[0], nil
+		}
 		return unixConn{Conn: fds[0], uc: fds[0].(*net.UnixConn)}, nil
 	}
 	c := agent.NewClient(dial, "test", nil).WithEgress(h)
 	t.Cleanup(c.Shutdown)
-	if _, err := c.Ping(ctxT(t)); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), edgeIO)
+	defer cancel()
+	if _, err := c.Ping(ctx); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
 	return c
@@ -153,4 +165,67 @@ func TestEgressHandoverCut(t *testing.T) {
 			t.Fatalf("the host's writes after the workspace went away: %v, want a broken connection", err)
 		}
 	})
+}
+
+// BenchmarkEgressDownload moves 64 MiB from the host to a workspace connection over
+// a unix socket, riding its stream and handed over:
+//
+//	go test ./sandbox/agent -run X -bench EgressDownload
+func BenchmarkEgressDownload(b *testing.B) {
+	const size = 64 << 20
+	chunk := make([]byte, 256<<10)
+	for _, tr := range []struct {
+		name   string
+		client func(testing.TB, *server.Server, agent.EgressFunc) *agent.Client
+	}{
+		{"stream", func(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
+			return unixEdgeClient(t, srv, h, false)
+		}},
+		{"handed over", socketEdgeClient},
+	} {
+		b.Run(tr.name, func(b *testing.B) {
+			srv, err := server.New(server.Config{Root: b.TempDir(), Version: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			go func() { _ = srv.ServeEgress(l) }()
+			conns := make(chan net.Conn, 1)
+			tr.client(b, srv, func(c net.Conn) { conns <- c })
+			b.SetBytes(size)
+			buf := make([]byte, 1<<20)
+			for b.Loop() {
+				w, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				h := <-conns
+				go func() {
+					for n := 0; n < size; n += len(chunk) {
+						if _, err := h.Write(chunk); err != nil {
+							break
+						}
+					}
+					h.Close()
+				}()
+				n := 0
+				for {
+					k, err := w.Read(buf)
+					n += k
+					if err != nil {
+						break
+					}
+				}
+				w.Close()
+				if n != size {
+					b.Fatalf("read %d bytes, want %d", n, size)
+				}
+			}
+		})
+	}
 }

@@ -37,7 +37,7 @@ func edgeServer(t *testing.T) *server.Server {
 
 // edgeClient connects a client to srv over net.Pipe (taking egress streams with h when
 // h is not nil) and pings once, so that its session exists when it returns.
-func edgeClient(t *testing.T, srv *server.Server, h agent.EgressFunc) *agent.Client {
+func edgeClient(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
 	t.Helper()
 	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
 		c, s := net.Pipe()
@@ -475,16 +475,20 @@ func dialTCP(t *testing.T, addr string) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
-// TestEgress runs a connection's exchanges over a net.Pipe, where its bytes ride the
-// stream, and over a unix socket, where the host takes the connection itself
-// (egressconn.go): the same bytes and half-closes either way.
+// TestEgress runs a connection's exchanges where its bytes ride the stream (over a
+// net.Pipe, and over a unix socket whose host does not ask for the connections) and
+// where the host takes the connection itself (egressconn.go): the same bytes and
+// half-closes every way.
 func TestEgress(t *testing.T) {
 	for _, tr := range []struct {
 		name   string
-		client func(*testing.T, *server.Server, agent.EgressFunc) *agent.Client
+		client func(testing.TB, *server.Server, agent.EgressFunc) *agent.Client
 		handed bool
 	}{
 		{"stream", edgeClient, false},
+		{"stream over a unix socket, the host not asking", func(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
+			return unixEdgeClient(t, srv, h, false)
+		}, false},
 		{"handed over", socketEdgeClient, true},
 	} {
 		t.Run(tr.name, func(t *testing.T) {
