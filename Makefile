@@ -14,7 +14,7 @@ CC ?= cc
 
 # Fuzz targets run by `make test`, as package:FuzzName[:fuzztime] (FUZZTIME when
 # omitted). A target whose function does not exist yet is skipped with a message.
-FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch ./sandbox/agent:FuzzArchiveRoundTrip:30x
+FUZZ_TARGETS ?= ./workspace/policy:FuzzNormalize ./sandbox/agent/guard:FuzzMatch ./sandbox/agent:FuzzArchiveRoundTrip:30x ./snapshot:FuzzPackRoundTrip:20x
 FUZZTIME     ?= 200000x
 TEST_TIMEOUT ?= 45m
 
@@ -72,7 +72,7 @@ fuzz: ## run each FUZZ_TARGETS entry for FUZZTIME
 		CGO_ENABLED=0 go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$ft "$$pkg"; \
 	done
 
-bench: deps images build kube-images ## run the benchmarks and print tables (cmd/cws-bench; the kube section on the local cluster)
+bench: deps images build kube-images s3 ## run the benchmarks and print tables (cmd/cws-bench; the kube sections on the local cluster, the archive sections on a SeaweedFS of their own)
 	KUBECONFIG=$(TEST_KUBECONFIG) go run ./cmd/cws-bench
 
 kube: ## start a local Kubernetes cluster built from source (scripts/kube.sh), import cws's images when built; prints KUBECONFIG=...

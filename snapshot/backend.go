@@ -45,6 +45,9 @@ type Backend interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get opens key; ErrNotFound when it does not exist.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// GetRange opens n bytes of key from offset off (a pack's blobs); ErrNotFound when
+	// key does not exist. A range past the end is an error, never a short read.
+	GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error)
 	// Exists reports whether key exists.
 	Exists(ctx context.Context, key string) (bool, error)
 	// Touch marks key as used now (its Modified), so a collection that started before

@@ -159,6 +159,16 @@ func (b *stallBackend) Get(ctx context.Context, key string) (io.ReadCloser, erro
 	return watchedBody{fedReader{rc, w}, rc}, nil
 }
 
+func (b *stallBackend) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	w := b.watch(ctx, "get "+key)
+	rc, err := b.b.GetRange(w.ctx, key, off, n)
+	if err != nil {
+		return nil, w.stop(err)
+	}
+	w.pause()
+	return watchedBody{fedReader{rc, w}, rc}, nil
+}
+
 func (b *stallBackend) Exists(ctx context.Context, key string) (bool, error) {
 	w := b.watch(ctx, "stat "+key)
 	ok, err := b.b.Exists(w.ctx, key)

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // FileBackend keeps objects as files beneath a directory: a key is a relative path.
@@ -45,7 +43,16 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil { // durable with the next record (syncAll)
+	// Everything but a mark (a lease, the collection's) is durable before Put returns,
+	// with the directories made for it: an archive may be the only copy. Packs are
+	// few and large, so an fsync each costs little.
+	durable := !strings.Contains(key, "/leases/") && !strings.HasSuffix(key, "/collecting")
+	if durable {
+		err = b.mkdirDurable(filepath.Dir(p))
+	} else {
+		err = os.MkdirAll(filepath.Dir(p), 0o700)
+	}
+	if err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
@@ -54,15 +61,8 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	}
 	tmp := f.Name()
 	_, err = io.Copy(f, r)
-	record := strings.Contains(key, "/meta/")
-	if err == nil && record {
-		// A record is durable, and so is everything written before it (its blobs, its
-		// entries, their directories), before it is in place: an archive may be the
-		// only copy. One syncfs for all of them, rather than an fsync per blob.
-		err = b.syncAll()
-		if err == nil {
-			err = f.Sync()
-		}
+	if err == nil && durable {
+		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -70,7 +70,7 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 	if err == nil {
 		err = os.Rename(tmp, p)
 	}
-	if err == nil && record {
+	if err == nil && durable {
 		err = syncDir(filepath.Dir(p))
 	}
 	if err != nil {
@@ -93,15 +93,20 @@ func syncDir(dir string) error {
 	return err
 }
 
-// syncAll makes everything written beneath the store durable: syncfs(2) on its file
-// system.
-func (b *FileBackend) syncAll() error {
-	d, err := os.Open(b.dir)
-	if err != nil {
+// mkdirDurable makes dir and its missing parents beneath the store, each made durable
+// in its parent.
+func (b *FileBackend) mkdirDurable(dir string) error {
+	if _, err := os.Stat(dir); err == nil || dir == b.dir || len(dir) <= len(b.dir) {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if err := b.mkdirDurable(parent); err != nil {
 		return err
 	}
-	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
 }
 
 func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -114,6 +119,28 @@ func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error
 		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	return f, err
+}
+
+func (b *FileBackend) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if off < 0 || n <= 0 {
+		return nil, fmt.Errorf("snapshot store: get %s: bad range %d+%d", key, off, n)
+	}
+	rc, err := b.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	f := rc.(*os.File)
+	if fi, err := f.Stat(); err != nil || fi.Size() < off+n {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("range %d+%d past its end (%d bytes)", off, n, fi.Size())
+		}
+		return nil, fmt.Errorf("snapshot store: get %s: %w", key, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, off, n), f}, nil
 }
 
 func (b *FileBackend) Exists(ctx context.Context, key string) (bool, error) {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -96,23 +97,58 @@ func (b *S3Backend) Put(ctx context.Context, key string, r io.Reader, size int64
 }
 
 func (b *S3Backend) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	return b.open(ctx, key, minio.GetObjectOptions{}, -1)
+}
+
+func (b *S3Backend) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if off < 0 || n <= 0 {
+		return nil, fmt.Errorf("snapshot store: get %s: bad range %d+%d", key, off, n)
+	}
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(off, off+n-1); err != nil {
+		return nil, err
+	}
+	return b.open(ctx, key, opts, n)
+}
+
+// open GETs key (n bytes of it, or all: -1). GetObject is lazy, and its Stat is a HEAD
+// of its own: the first read is what sends the GET and says whether key exists, so it
+// is read here, once.
+func (b *S3Backend) open(ctx context.Context, key string, opts minio.GetObjectOptions, n int64) (io.ReadCloser, error) {
 	k, err := b.key(key)
 	if err != nil {
 		return nil, err
 	}
-	o, err := b.c.GetObject(ctx, b.bucket, k, minio.GetObjectOptions{})
+	o, err := b.c.GetObject(ctx, b.bucket, k, opts)
 	if err != nil {
 		return nil, err
 	}
-	// GetObject is lazy: the first read (or Stat) says whether it exists.
-	if _, err := o.Stat(); err != nil {
+	first := make([]byte, 32<<10)
+	if n >= 0 && n < int64(len(first)) {
+		first = first[:n]
+	}
+	got, err := io.ReadFull(o, first)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
 		o.Close()
 		if notFound(err) {
 			return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 		}
-		return nil, err
+		return nil, fmt.Errorf("snapshot store: get %s: %w", key, err)
 	}
-	return o, nil
+	if n >= 0 {
+		if err != nil {
+			o.Close()
+			return nil, fmt.Errorf("snapshot store: get %s: range past its end", key)
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(first[:got]), io.LimitReader(o, n-int64(got))), o}, nil
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(first[:got]), o), o}, nil
 }
 
 func (b *S3Backend) Exists(ctx context.Context, key string) (bool, error) {

@@ -24,12 +24,8 @@ func TestReadOldRecordWithClashingNames(t *testing.T) {
 	s := NewStore(b)
 	var es []entry
 	for _, body := range []string{"first", "second"} {
-		c := &content{mem: []byte(body)}
-		sum, _ := s.spool(bytes.NewReader(c.mem), int64(len(c.mem)))
-		if _, err := s.putBlob(ctx, "acme", sum); err != nil {
-			t.Fatal(err)
-		}
-		es = append(es, entry{Path: "caf\uFFFD.txt", Type: '0', Mode: 0o644, Size: int64(len(body)), Blob: sum.sum})
+		sum := putLoose(t, s, "acme", []byte(body))
+		es = append(es, entry{Path: "caf\uFFFD.txt", Type: '0', Mode: 0o644, Size: int64(len(body)), Blob: sum})
 	}
 	es = append(es, entry{Path: "venv/bin/python3", Type: '2', Link: "/usr/bin/python3"})
 	// Two directories whose names became one, each with a file of the same name.
@@ -49,7 +45,8 @@ func TestReadOldRecordWithClashingNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, files := untar(t, &out)
-	if got := strings.Join(names, "|"); got != "caf\uFFFD.txt|caf\uFFFD.txt (2)|venv/bin/python3|d\uFFFD/|d\uFFFD/x|d\uFFFD (2)/|d\uFFFD (2)/x" {
+	// Directories and links first, then files by their contents' place in the store.
+	if got := strings.Join(names, "|"); got != "venv/bin/python3|d\uFFFD/|d\uFFFD (2)/|caf\uFFFD.txt|d\uFFFD/x|caf\uFFFD.txt (2)|d\uFFFD (2)/x" {
 		t.Errorf("names %q", got)
 	}
 	if files["caf\uFFFD.txt"] != "first" || files["caf\uFFFD.txt (2)"] != "second" || files["venv/bin/python3"] != "-> /usr/bin/python3" ||
@@ -103,7 +100,11 @@ func TestCollectionRaceWithWrite(t *testing.T) {
 			_, _, err := s.Collect(ctx, "acme", 0)
 			collected <- err
 		}()
-		<-held
+		select {
+		case <-held:
+		case err := <-collected:
+			t.Fatalf("the collection ended without deleting anything: %v", err)
+		}
 		// A snapshot of the same files, written meanwhile.
 		written := make(chan *Snapshot, 1)
 		go func() {

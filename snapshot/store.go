@@ -14,10 +14,11 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"unicode/utf8"
@@ -84,6 +85,11 @@ type entry struct {
 	LinkB []byte            `json:"lb,omitempty"`
 	MTime int64             `json:"t2,omitempty"`
 	PAX   map[string]string `json:"x,omitempty"` // cws's PAX records (agent.TarSparse)
+	// Where Blob is: its pack, offset and length there (none: a loose blob of an older
+	// cws, or look it up in the index when the pack is gone).
+	Pack string `json:"k,omitempty"`
+	Off  int64  `json:"o,omitempty"`
+	Len  int64  `json:"n,omitempty"`
 }
 
 // packNames moves names that are not UTF-8 into their byte fields, for JSON.
@@ -113,6 +119,11 @@ func unpackNames(es []entry) {
 // ErrBadRecord is a snapshot record that can't be read (torn, or not cws's).
 var ErrBadRecord = errors.New("bad snapshot record")
 
+// ErrStaleRef is a capture that sent a file as a reference (agent.TarRef) to contents
+// the Write was not told the workspace holds, or the store no longer has: capture it
+// again without references.
+var ErrStaleRef = errors.New("the capture referred to contents the store can't vouch for")
+
 // ErrTooLarge is a workspace past the limit Write was given.
 var ErrTooLarge = errors.New("snapshot too large")
 
@@ -125,6 +136,9 @@ type Store struct {
 	fencePoll time.Duration // how often a Write waiting for a collection looks again
 	// beforeDelete, if set, runs before each blob a collection deletes (tests).
 	beforeDelete func(key string)
+
+	indexMu sync.Mutex
+	indexes map[string]*tenantIndex // by tenant
 }
 
 // NewStore returns the store over b. Every operation on b fails once it makes no
@@ -133,8 +147,9 @@ func NewStore(b Backend) *Store {
 	if _, ok := b.(*stallBackend); !ok {
 		b = WithStallTimeout(b, 0)
 	}
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(4))
+	// EncodeAll and DecodeAll run as many at once as the concurrency allows.
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)))
 	return &Store{b: b, workers: 8, enc: enc, dec: dec, fencePoll: 250 * time.Millisecond}
 }
 
@@ -175,41 +190,100 @@ const inMemory = 8 << 20
 // ErrTooLarge, and nothing of it is recorded. The record is written last: a snapshot
 // exists once it is whole.
 func (s *Store) Write(ctx context.Context, meta Snapshot, r io.Reader, limit int64) (*Snapshot, error) {
+	snap, _, err := s.WriteRefs(ctx, meta, r, limit, nil)
+	return snap, err
+}
+
+// WriteRefs is Write of a capture that may send files as references to contents
+// (agent.TarOutArgs.Refs): known are those it may name (what the same workspace's
+// earlier snapshots held, as WriteRefs returned them); a reference to any other, or to
+// contents the store no longer holds, is ErrStaleRef. It returns the contents the
+// snapshot holds, for the next capture's known.
+func (s *Store) WriteRefs(ctx context.Context, meta Snapshot, r io.Reader, limit int64, known map[string]bool) (*Snapshot, map[string]bool, error) {
+	snap, es, err := s.write(ctx, meta, r, limit, known)
+	if err != nil {
+		return nil, nil, err
+	}
+	sums := make(map[string]bool, len(es))
+	for _, e := range es {
+		if e.Blob != "" {
+			sums[e.Blob] = true
+		}
+	}
+	return snap, sums, nil
+}
+
+func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int64, known map[string]bool) (*Snapshot, []entry, error) {
 	if !ValidID(meta.ID) || meta.Tenant == "" {
-		return nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
+		return nil, nil, fmt.Errorf("snapshot: bad id %q or tenant %q", meta.ID, meta.Tenant)
 	}
 	release, err := s.lease(ctx, meta.Tenant, meta.ID)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: announce the write: %w", err)
+		return nil, nil, fmt.Errorf("snapshot: announce the write: %w", err)
 	}
 	defer release()
+	// What the tenant's store holds, read after the lease: a collection that ended
+	// before it has merged the index, and none starts until the lease is gone.
+	ti, _, err := s.refreshIndex(ctx, meta.Tenant)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot: %w", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.workers)
-	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}}
+	p := s.newPacker(ctx, meta.Tenant) // not gctx: that ends with g.Wait, before the last pack
+
+	w := &writing{s: s, g: g, ctx: gctx, meta: &meta, limit: limit, pending: map[string]bool{}, index: ti, p: p, known: known}
 	if err := w.read(r); err != nil {
 		_ = g.Wait() // the files already handed out end before their contents go
-		return nil, err
+		_ = p.g.Wait()
+		return nil, nil, err
 	}
-	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("snapshot: store the files: %w", err)
+	err = g.Wait()
+	packs, perr := p.flush()
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot: store the files: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	stored := p.stored.Load()
+	if len(packs) > 0 {
+		_, n, err := s.writeIndex(ctx, meta.Tenant, packs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot: %w", err)
+		}
+		stored += n
 	}
 	for i, sum := range w.sums {
 		w.entries[i].Blob = sum
 	}
-	snap, err := s.finish(ctx, meta, w.entries, w.stored.Load())
+	for i := range w.entries {
+		e := &w.entries[i]
+		if e.Blob == "" {
+			continue
+		}
+		l, ok := p.locs[e.Blob]
+		if !ok {
+			if l, ok = ti.lookup(e.Blob); !ok {
+				return nil, nil, fmt.Errorf("snapshot: %s: its contents %s were stored nowhere", e.Path, e.Blob)
+			}
+		}
+		e.Pack, e.Off, e.Len = l.Pack, l.Off, l.Len
+	}
+	snap, err := s.finish(ctx, meta, w.entries, stored)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Read it back: a snapshot that is the only copy (an archive) must be proven
 	// readable before anything of the workspace is removed.
 	if err := s.verify(ctx, snap, len(w.entries)); err != nil {
 		_ = s.Delete(context.WithoutCancel(ctx), meta.Tenant, meta.ID)
-		return nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
+		return nil, nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
 	}
-	return snap, nil
+	return snap, w.entries, nil
 }
 
 // verify reads a snapshot's record and entries back from the store.
@@ -239,7 +313,9 @@ type writing struct {
 	meta    *Snapshot
 	limit   int64
 	entries []entry
-	stored  atomic.Int64 // bytes written to the backend
+	index   *tenantIndex    // what the tenant's store holds already
+	p       *packer         // what this snapshot adds
+	known   map[string]bool // contents a reference may name (WriteRefs)
 
 	mu      sync.Mutex
 	pending map[string]bool // contents being stored or stored already
@@ -292,7 +368,7 @@ func (w *writing) read(r io.Reader) error {
 		}
 		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
 		for k, v := range h.PAXRecords {
-			if strings.HasPrefix(k, "CWS.") {
+			if strings.HasPrefix(k, "CWS.") && k != agent.TarRef && k != agent.TarRefSize {
 				if e.PAX == nil {
 					e.PAX = map[string]string{}
 				}
@@ -307,12 +383,29 @@ func (w *writing) read(r io.Reader) error {
 				w.meta.Files++
 			}
 		case tar.TypeReg:
+			if ref, ok := h.PAXRecords[agent.TarRef]; ok {
+				// Unchanged since the workspace's last capture: its contents by name.
+				size, err := strconv.ParseInt(h.PAXRecords[agent.TarRefSize], 10, 64)
+				if err != nil || size < 0 || h.Size != 0 {
+					return fmt.Errorf("snapshot: read the workspace: %s: a bad reference", h.Name)
+				}
+				if !w.known[ref] {
+					return fmt.Errorf("%w: %s", ErrStaleRef, h.Name)
+				}
+				if _, ok := w.index.lookup(ref); !ok {
+					return fmt.Errorf("%w: %s: its contents are no longer stored", ErrStaleRef, h.Name)
+				}
+				h.Size, e.Blob = size, ref
+			}
 			w.meta.Files++
 			w.meta.Bytes += h.Size
 			if w.limit > 0 && w.meta.Bytes > w.limit {
 				return fmt.Errorf("%w: the workspace holds more than %d bytes of files", ErrTooLarge, w.limit)
 			}
 			e.Size = h.Size
+			if h.Size == 0 || e.Blob != "" {
+				break // nothing to store, or stored already
+			}
 			if h.Size <= inMemory {
 				// Hashed by the worker that stores it, so that hashing runs beside the
 				// read of the next files instead of after each.
@@ -327,9 +420,7 @@ func (w *writing) read(r io.Reader) error {
 					if !w.blob(i, c.sum) {
 						return nil // another file of this snapshot has these contents
 					}
-					n, err := w.s.putBlob(w.ctx, w.meta.Tenant, c)
-					w.stored.Add(n)
-					return err
+					return w.store(c)
 				})
 				break
 			}
@@ -344,9 +435,7 @@ func (w *writing) read(r io.Reader) error {
 			}
 			w.g.Go(func() error {
 				defer c.close()
-				n, err := w.s.putBlob(w.ctx, w.meta.Tenant, c)
-				w.stored.Add(n)
-				return err
+				return w.store(c)
 			})
 		default:
 			continue // devices, fifos: never in a workspace archive
@@ -422,48 +511,45 @@ func (s *Store) spool(r io.Reader, size int64) (*content, error) {
 	return c, nil
 }
 
-// putBlob stores c unless the tenant's store holds it (then it is touched, so that a
-// collection running meanwhile keeps it), and returns the bytes it wrote.
-func (s *Store) putBlob(ctx context.Context, tenant string, c *content) (int64, error) {
-	key := blobKey(tenant, c.sum)
-	err := s.b.Touch(ctx, key)
-	if err == nil {
-		return 0, nil
-	}
-	if !errors.Is(err, ErrNotFound) {
-		return 0, err
+// store puts c in a pack unless the tenant's store holds it already.
+func (w *writing) store(c *content) error {
+	if _, ok := w.index.lookup(c.sum); ok {
+		return nil
 	}
 	if c.file == nil {
-		packed := s.enc.EncodeAll(c.mem, nil)
-		return int64(len(packed)), s.b.Put(ctx, key, bytes.NewReader(packed), int64(len(packed)))
+		return w.p.add(c.sum, w.s.enc.EncodeAll(c.mem, nil), int64(len(c.mem)))
 	}
-	// Compressed into a temporary file first: the store is told the size (an S3
-	// upload of unknown size would buffer hundreds of MiB per part).
+	// Compressed into a temporary file first: a large file does not sit in memory, and
+	// the store is told the size (an S3 upload of unknown size buffers hundreds of MiB).
 	f, err := os.CreateTemp("", "cws-blob-*")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	zw, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
-		return 0, err
+		return err
 	}
-	_, err = io.Copy(zw, c.reader())
+	raw, err := io.Copy(zw, c.reader())
 	if cerr := zw.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return 0, err
+		return err
 	}
 	size, err := f.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, err
+	if size >= ownPack {
+		return w.p.addFile(c.sum, f, size, raw)
 	}
-	return size, s.b.Put(ctx, key, f, size)
+	z := make([]byte, size)
+	if _, err := f.ReadAt(z, 0); err != nil {
+		return err
+	}
+	return w.p.add(c.sum, z, raw)
 }
 
 // Get returns a tenant's snapshot record; another tenant's is ErrNotFound.
@@ -565,13 +651,11 @@ func (s *Store) entries(ctx context.Context, tenant, id string) ([]entry, error)
 	return es, nil
 }
 
-// prefetch is how many files Read fetches ahead of the one it writes.
-const prefetch = 16
-
-// Read writes a tenant's snapshot id to w as a tar stream, in the order it was taken,
-// as an exact archive (agent.TarInArgs.Exact restores it). Small files are fetched
-// ahead, several at a time; large ones stream in turn. Names that an older cws stored
-// without their bytes and that so clash are renamed, and the notes say so.
+// Read writes a tenant's snapshot id to w as a tar stream, as an exact archive
+// (agent.TarInArgs.Exact restores it): its directories and symlinks first, in the order
+// they were taken, then its files pack by pack (see restore.go), then its hard links.
+// Names that an older cws stored without their bytes and that so clash are renamed, and
+// the notes say so.
 func (s *Store) Read(ctx context.Context, tenant, id string, w io.Writer) (ReadNotes, error) {
 	var notes ReadNotes
 	if _, err := s.Get(ctx, tenant, id); err != nil {
@@ -643,180 +727,4 @@ func renameClashes(es []entry) []Rename {
 		}
 	}
 	return out
-}
-
-func (s *Store) read(ctx context.Context, tenant, id string, es []entry, w io.Writer) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type fetched struct {
-		data []byte
-		err  error
-	}
-	// One future per entry, in order; the channel's buffer bounds the fetches ahead.
-	futures := make(chan chan fetched, prefetch)
-	go func() {
-		defer close(futures)
-		for _, e := range es {
-			var ch chan fetched
-			if e.Type == tar.TypeReg && e.Size <= inMemory {
-				ch = make(chan fetched, 1)
-				go func() {
-					data, err := s.blob(ctx, tenant, e.Blob)
-					ch <- fetched{data, err}
-				}()
-			}
-			select {
-			case futures <- ch:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	tw := tar.NewWriter(w)
-	for _, e := range es {
-		var ch chan fetched
-		select {
-		case ch = <-futures:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		h := &tar.Header{Name: e.Path, Typeflag: e.Type, Mode: e.Mode, Size: e.Size, Linkname: e.Link, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX, PAXRecords: e.PAX}
-		if e.Type != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if e.Type != tar.TypeReg {
-			continue
-		}
-		if ch == nil {
-			if err := s.streamBlob(ctx, tenant, e.Blob, tw); err != nil {
-				return err
-			}
-			continue
-		}
-		f := <-ch
-		if f.err != nil {
-			return f.err
-		}
-		if int64(len(f.data)) != e.Size {
-			return fmt.Errorf("snapshot %s: %s: stored %d bytes, want %d", id, e.Path, len(f.data), e.Size)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return err
-		}
-	}
-	return tw.Close()
-}
-
-func (s *Store) blob(ctx context.Context, tenant, sum string) ([]byte, error) {
-	rc, err := s.b.Get(ctx, blobKey(tenant, sum))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: contents %s: %w", sum, err)
-	}
-	defer rc.Close()
-	packed, err := io.ReadAll(rc)
-	if err != nil {
-		return nil, err
-	}
-	return s.dec.DecodeAll(packed, nil)
-}
-
-func (s *Store) streamBlob(ctx context.Context, tenant, sum string, w io.Writer) error {
-	rc, err := s.b.Get(ctx, blobKey(tenant, sum))
-	if err != nil {
-		return fmt.Errorf("snapshot: contents %s: %w", sum, err)
-	}
-	defer rc.Close()
-	zr, err := zstd.NewReader(rc, zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer zr.Close()
-	_, err = io.Copy(w, zr)
-	return err
-}
-
-// Collect removes the tenant's blobs that no snapshot references. It is fenced against
-// Writes (see fence.go): while any Write of the tenant is under way it collects
-// nothing, and a Write that starts meanwhile waits for it. A record or an entries list
-// it can't read stops it: their blobs might be in use. Blobs written or touched within
-// grace are kept as well. It returns how many blobs it removed and their bytes.
-func (s *Store) Collect(ctx context.Context, tenant string, grace time.Duration) (n int, bytes int64, err error) {
-	ok, refresh, end, err := s.fence(ctx, tenant)
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot store: fence the collection: %w", err)
-	}
-	defer end()
-	if !ok {
-		return 0, 0, nil // a Write is under way: next time
-	}
-	cutoff := time.Now().Add(-grace)
-	var old []Object
-	if err := s.b.List(ctx, tenant+"/blobs/", func(o Object) error {
-		if o.Modified.Before(cutoff) {
-			old = append(old, o)
-		}
-		return nil
-	}); err != nil {
-		return 0, 0, err
-	}
-	if len(old) == 0 {
-		return 0, 0, nil
-	}
-	used := map[string]bool{}
-	var ids []string
-	if err := s.b.List(ctx, tenant+"/meta/", func(o Object) error {
-		if id, ok := strings.CutSuffix(path.Base(o.Key), ".json"); ok && ValidID(id) {
-			ids = append(ids, id)
-		}
-		return nil
-	}); err != nil {
-		return 0, 0, err
-	}
-	for _, id := range ids {
-		if err := refresh(); err != nil {
-			return 0, 0, err
-		}
-		if _, err := s.Get(ctx, tenant, id); errors.Is(err, ErrNotFound) {
-			continue // deleted meanwhile
-		} else if err != nil {
-			return 0, 0, fmt.Errorf("snapshot store: collection of %s stopped: record %s can't be read: %w", tenant, id, err)
-		}
-		es, err := s.entries(ctx, tenant, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("snapshot store: collection of %s stopped: entries of %s can't be read: %w", tenant, id, err)
-		}
-		for _, e := range es {
-			if e.Blob != "" {
-				used[e.Blob] = true
-			}
-		}
-	}
-	// A Write that found the mark stale (it never should: the mark is refreshed) holds
-	// a lease by now: look again before deleting anything.
-	if live, err := s.leased(ctx, tenant); err != nil || live {
-		return 0, 0, err
-	}
-	for _, o := range old {
-		if used[path.Base(o.Key)] {
-			continue
-		}
-		if err := refresh(); err != nil {
-			return n, bytes, err
-		}
-		if s.beforeDelete != nil {
-			s.beforeDelete(o.Key)
-		}
-		if err := s.b.Delete(ctx, o.Key); err != nil {
-			return n, bytes, err
-		}
-		n++
-		bytes += o.Size
-	}
-	return n, bytes, nil
 }

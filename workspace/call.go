@@ -88,25 +88,23 @@ func (s *Service) Call(ctx context.Context, caller Caller, id, tool string, args
 	return res, err
 }
 
-// busy counts a call under way on session id until the returned func is called: a
+// runBusy is run, counted as a call under way on the session for its whole length: a
 // session is not idle while one runs, however long (idleSuspend).
-func (s *Service) busy(id string) func() {
+func (s *Service) runBusy(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
 	s.inflightMu.Lock()
-	s.inflight[id]++
+	s.inflight[sess.ID]++
 	s.inflightMu.Unlock()
-	return func() {
-		s.inflightMu.Lock()
-		if s.inflight[id]--; s.inflight[id] <= 0 {
-			delete(s.inflight, id)
-		}
-		s.inflightMu.Unlock()
-	}
+	defer s.idle(sess.ID)
+	return s.run(ctx, t, sess, caller, args, opts)
 }
 
-// runBusy is run, counted as a call under way for its whole length.
-func (s *Service) runBusy(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
-	defer s.busy(sess.ID)()
-	return s.run(ctx, t, sess, caller, args, opts)
+// idle ends the count runBusy began.
+func (s *Service) idle(id string) {
+	s.inflightMu.Lock()
+	if s.inflight[id]--; s.inflight[id] <= 0 {
+		delete(s.inflight, id)
+	}
+	s.inflightMu.Unlock()
 }
 
 // calling reports whether a call of session id is under way on this replica.
@@ -165,8 +163,6 @@ var auditRedacted = map[string]bool{"content": true, "contents": true, "patch": 
 	"oldText": true, "newString": true, "oldString": true, "text": true, "edits": true, "input": true, "stdin": true, "replacement": true,
 	"keys": true} // terminalSend's keys: what is typed is never kept
 
-// auditArgs is a call's arguments as one line of compact JSON (written data redacted
-// to its size), cut short.
 // auditRedactedFold reports whether k names a redacted argument in another case.
 func auditRedactedFold(k string) bool {
 	for r := range auditRedacted {
@@ -177,12 +173,14 @@ func auditRedactedFold(k string) bool {
 	return false
 }
 
+// auditArgs is a call's arguments as one line of compact JSON (written data redacted
+// to its size), cut short.
 func auditArgs(args json.RawMessage) string {
 	if len(args) == 0 {
 		return ""
 	}
 	var obj map[string]json.RawMessage
-	if json.Unmarshal(args, &obj) == nil {
+	if mayRedact(args) && json.Unmarshal(args, &obj) == nil {
 		// What a call writes or sets (file contents, patches, environment values) is
 		// the caller's data: the audit keeps its size, not its bytes.
 		for k, v := range obj {
@@ -207,6 +205,48 @@ func auditArgs(args json.RawMessage) string {
 	}
 	return out
 }
+
+// mayRedact reports whether args might name a redacted argument, so that the map
+// above is built only for calls that may need it (a readFile's {"path": …} does not,
+// and most calls' arguments are like it). It may say yes wrongly, never no: any
+// escape (\u0063ontent is "content" to a decoder), any byte outside ASCII (the
+// decoder folds the Kelvin sign to k), or a redacted name in any ASCII case anywhere
+// in the text, key or value, is a yes.
+func mayRedact(args []byte) bool {
+	if len(args) > auditFastMax {
+		return true
+	}
+	var buf [auditFastMax]byte
+	low := buf[:len(args)]
+	for i, c := range args {
+		switch {
+		case c == '\\' || c >= utf8.RuneSelf:
+			return true
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		low[i] = c
+	}
+	for _, name := range auditRedactedLower {
+		if bytes.Contains(low, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// auditFastMax is the largest arguments mayRedact looks through; larger ones (writes,
+// mostly) take the map.
+const auditFastMax = 512
+
+// auditRedactedLower are auditRedacted's names in lower case.
+var auditRedactedLower = func() [][]byte {
+	var out [][]byte
+	for k := range auditRedacted {
+		out = append(out, []byte(strings.ToLower(k)))
+	}
+	return out
+}()
 
 func (s *Service) run(ctx context.Context, t *Tool, sess *Session, caller Caller, args json.RawMessage, opts CallOptions) (*Result, error) {
 	tp, _ := s.cfg.Tenants.Policy(caller.Tenant)
@@ -315,12 +355,20 @@ func mapAgentError(err error) error {
 
 // classify names a call's outcome for metrics and audit.
 func classify(res *Result, err error) (outcome, decision, rule string) {
-	var v *policy.Violation
 	switch {
 	case err == nil && res != nil && res.IsError:
 		return "error", "allow", ""
 	case err == nil:
 		return "ok", "allow", ""
+	}
+	return classifyErr(err)
+}
+
+// classifyErr is classify of a call that failed (apart, so that a call that did not
+// allocates nothing for errors.As).
+func classifyErr(err error) (outcome, decision, rule string) {
+	var v *policy.Violation
+	switch {
 	case AsScopeError(err) != nil:
 		return "denied", "deny", "scope"
 	case errors.As(err, &v) && !errors.Is(err, ErrInvalid):

@@ -44,6 +44,13 @@ func (f *faultyBackend) Get(ctx context.Context, key string) (io.ReadCloser, err
 	return f.Backend.Get(ctx, key)
 }
 
+func (f *faultyBackend) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Backend.GetRange(ctx, key, off, n)
+}
+
 func (f *faultyBackend) Touch(ctx context.Context, key string) error {
 	if err := f.fault(); err != nil {
 		return err

@@ -571,28 +571,41 @@ func (s *Service) captureQuiet(ctx context.Context, sess *Session, meta snapshot
 	if s.cfg.Snapshots == nil {
 		return nil, errNoSnapshotStore
 	}
-	a := s.agentFor(sess.Sandbox)
-	pr, pw := io.Pipe()
-	go func() {
-		g := wholeTree
-		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true}, pw)
-		pw.CloseWithError(mapAgentError(err))
-	}()
 	meta.Tenant, meta.Session, meta.Subject, meta.Image = sess.Tenant, sess.ID, sess.Subject, sess.Image
 	meta.Env, meta.Labels, meta.SessionExpires = sess.Env, sess.Labels, sess.ExpiresAt
 	if meta.CreatedAt.IsZero() {
 		meta.CreatedAt = s.cfg.Now().UTC()
 	}
-	snap, err := s.cfg.Snapshots.Write(ctx, meta, pr, limit)
-	pr.CloseWithError(err)
+	known := s.known.get(sess.Sandbox)
+	snap, sums, err := s.captureOnce(ctx, sess, meta, limit, known)
+	if errors.Is(err, snapshot.ErrStaleRef) {
+		s.known.forget(sess.Sandbox)
+		snap, sums, err = s.captureOnce(ctx, sess, meta, limit, nil)
+	}
 	if err != nil {
 		if errors.Is(err, snapshot.ErrTooLarge) || errors.Is(err, ErrSessionLost) || errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: snapshot store: %v", ErrUnavailable, err)
 	}
+	s.known.put(sess.Sandbox, sums)
 	lifecycle(s.obs).SnapshotWritten(meta.Kind, snap.Bytes, snap.Stored)
 	return snap, nil
+}
+
+// captureOnce reads the tree out of the sandbox into the store; with known, files
+// unchanged since the sandbox's last capture come as references (captureknown.go).
+func (s *Service) captureOnce(ctx context.Context, sess *Session, meta snapshot.Snapshot, limit int64, known map[string]bool) (*snapshot.Snapshot, map[string]bool, error) {
+	a := s.agentFor(sess.Sandbox)
+	pr, pw := io.Pipe()
+	go func() {
+		g := wholeTree
+		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true, Refs: known != nil}, pw)
+		pw.CloseWithError(mapAgentError(err))
+	}()
+	snap, sums, err := s.cfg.Snapshots.WriteRefs(ctx, meta, pr, limit, known)
+	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe))
+	return snap, sums, err
 }
 
 // quietLock is the lock that orders a session's writes with its snapshots.

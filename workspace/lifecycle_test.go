@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -532,9 +533,9 @@ func TestWakeFromBrokenArchive(t *testing.T) {
 	if archived.State != workspace.StateArchived {
 		t.Fatalf("the session is %s, want archived", archived.State)
 	}
-	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "blobs", "*", "*"))
+	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "packs", "*", "*"))
 	if len(blobs) == 0 {
-		t.Fatal("no blobs in the store")
+		t.Fatal("no packs in the store")
 	}
 	if err := os.Remove(blobs[len(blobs)-1]); err != nil {
 		t.Fatal(err)
@@ -584,4 +585,49 @@ func TestActionsAudited(t *testing.T) {
 		}
 		return found == len(want)
 	})
+}
+
+// TestSnapshotRefsAfterCollection: a second snapshot of an unchanged workspace sends
+// its files as references and stores almost nothing; once the store lost what those
+// references name (both snapshots deleted and collected), the next snapshot is taken
+// whole, and a session made from it has every file.
+func TestSnapshotRefsAfterCollection(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	for i := range 20 {
+		l.ok("writeFile", map[string]any{"path": fmt.Sprintf("src/f%02d.txt", i), "contents": strings.Repeat(fmt.Sprint(i), 3000)})
+	}
+	time.Sleep(2100 * time.Millisecond) // files changed in the last 2 s are always sent whole
+	first, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Stored >= first.Stored/2 {
+		t.Errorf("the second snapshot stored %d bytes, the first %d: want references, not contents", second.Stored, first.Stored)
+	}
+	for _, id := range []string{first.ID, second.ID} {
+		if err := l.svc.DeleteSnapshot(ctx, l.caller, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, err := l.snaps.Collect(ctx, testTenant, 0); err != nil {
+		t.Fatal(err)
+	}
+	third, err := l.svc.CreateSnapshot(ctx, l.caller, l.id, "third")
+	if err != nil {
+		t.Fatalf("a snapshot after its references' contents were collected: %v", err)
+	}
+	from, err := l.svc.CreateSession(ctx, l.caller, workspace.CreateRequest{Snapshot: third.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.id = from.ID
+	if got := l.read("src/f07.txt"); got != strings.Repeat("7", 3000) {
+		t.Errorf("src/f07.txt of a session made from the third snapshot: %.20q…", got)
+	}
 }

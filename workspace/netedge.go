@@ -49,8 +49,12 @@ type owner struct{ tenant, id string }
 
 // own records which session sandbox serves, for its egress streams.
 func (s *Service) own(sess *Session) {
-	if sess != nil && sess.Sandbox != "" {
-		s.owners.Store(sess.Sandbox, owner{sess.Tenant, sess.ID})
+	if sess == nil || sess.Sandbox == "" {
+		return
+	}
+	o := owner{sess.Tenant, sess.ID}
+	if v, ok := s.owners.Load(sess.Sandbox); !ok || v.(owner) != o { // every call: a Store allocates
+		s.owners.Store(sess.Sandbox, o)
 	}
 }
 

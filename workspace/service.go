@@ -193,6 +193,7 @@ type Service struct {
 
 	counting, recount atomic.Bool  // countActiveSoon: a recount runs; another is due
 	lastCollect       atomic.Value // time.Time of the snapshot store's last collection
+	known             knownSums    // by sandbox: its last capture's contents (captureknown.go)
 }
 
 type cachedPolicy struct {

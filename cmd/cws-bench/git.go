@@ -77,7 +77,7 @@ echo SECRET=1 > .env; printf '{"deniedPaths":[".env","secrets/**"]}' > .cws-poli
 		anchors[i].note = fmt.Sprintf("`%s >/dev/null` in a sh loop in the container (docker exec), the mean of %d runs per sample", cmd, anchorBatch)
 		anchors[i].fn = gitInContainer(e, sb, cmd+" >/dev/null", anchors[i])
 	}
-	return interleave(ctx, e, "git", 10, e.iterations(300), anchors, rows)
+	return interleaveWatched(ctx, e, "git", 10, e.iterations(300), anchors, rows, sb, denied.s.Sandbox)
 }
 
 // gitInContainer times a shell loop of anchorBatch runs of cmd in /workspace of the

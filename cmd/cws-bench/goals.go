@@ -29,6 +29,11 @@ type goal struct {
 	// MaxOver: the row's p50 may be at most this much above the anchor's (a fixed cost
 	// on top of the same work done the plain way). Zero: no bound.
 	MaxOver time.Duration
+	// Unit makes the goal a count (of requests, say "PUTs"): the row's Rate holds it,
+	// and it must be at most MaxCount, or with no MaxCount at most the anchor's Rate (a
+	// budget the run computed, e.g. from the bytes it stored).
+	Unit     string
+	MaxCount float64
 }
 
 // goals is the registry; section files append to it in init, in the order they print.
@@ -44,6 +49,9 @@ func (g goal) judge(rows []bench.Row) (result, bool) {
 	row, ok := find(rows, g.Row)
 	if !ok {
 		return result{}, false
+	}
+	if g.Unit != "" {
+		return g.judgeCount(row, rows), true
 	}
 	r := result{met: true}
 	var targets []string
@@ -101,8 +109,36 @@ func (g goal) judge(rows []bench.Row) (result, bool) {
 	return r, true
 }
 
+// judgeCount judges a count goal (Unit set): row's Rate against MaxCount or the
+// anchor's Rate.
+func (g goal) judgeCount(row bench.Row, rows []bench.Row) result {
+	r := result{cws: fmt.Sprintf("%.0f %s", row.Rate, g.Unit), met: true}
+	bound := g.MaxCount
+	if g.Anchor != "" {
+		a, ok := find(rows, g.Anchor)
+		switch {
+		case ok:
+			r.anchor = fmt.Sprintf("%s: %.0f", g.Anchor, a.Rate)
+			if a.Rate > 0 {
+				r.versus = fmt.Sprintf("%.1f× the anchor", row.Rate/a.Rate)
+			}
+			if bound == 0 {
+				bound = a.Rate
+			}
+		default:
+			r.anchor = g.Anchor + ": not measured"
+			r.met = bound > 0
+		}
+	}
+	if bound > 0 {
+		r.target = fmt.Sprintf("≤ %.0f %s", bound, g.Unit)
+		r.met = r.met && row.Rate <= bound
+	}
+	return r
+}
+
 func find(rows []bench.Row, name string) (bench.Row, bool) {
-	i := slices.IndexFunc(rows, func(x bench.Row) bool { return x.Name == name && x.N > 0 && (x.P50 > 0 || x.Bytes > 0) })
+	i := slices.IndexFunc(rows, func(x bench.Row) bool { return x.Name == name && x.N > 0 && (x.P50 > 0 || x.Bytes > 0 || x.Rate > 0) })
 	if i < 0 {
 		return bench.Row{}, false
 	}

@@ -95,7 +95,7 @@ func benchLaunch(ctx context.Context, e *env) ([]bench.Row, error) {
 	anchors[0].fn = inContainer(b.Client, "/usr/bin/true", anchors[0])
 	anchors[1].fn = inContainer(b.Client, "/usr/bin/id >/dev/null", anchors[1])
 
-	return interleave(ctx, e, "launch", 20, e.iterations(500), anchors, rows)
+	return interleaveWatched(ctx, e, "launch", 20, e.iterations(500), anchors, rows, b.ID, m.open.s.Sandbox, m.restricted.s.Sandbox)
 }
 
 // interleave times rows in n interleaved rounds, after warm rounds that are not kept,

@@ -80,7 +80,27 @@ func TestGoals(t *testing.T) {
 			t.Errorf("judge(%+v) = %+v, %v; want versus %q, met %v", c.g, r, ok, c.want, c.met)
 		}
 	}
+	counts := append(rows, bench.Row{Name: "puts", N: 1, Rate: 2050}, bench.Row{Name: "budget", N: 1, Rate: 12})
+	for _, c := range []struct {
+		g                 goal
+		cws, target, want string
+		met               bool
+	}{
+		{goal{Row: "puts", Unit: "PUTs", MaxCount: 80}, "2050 PUTs", "≤ 80 PUTs", "", false},
+		{goal{Row: "puts", Unit: "PUTs", MaxCount: 3000}, "2050 PUTs", "≤ 3000 PUTs", "", true},
+		{goal{Row: "puts", Unit: "PUTs", Anchor: "budget"}, "2050 PUTs", "≤ 12 PUTs", "170.8× the anchor", false},
+		{goal{Row: "budget", Unit: "GETs", Anchor: "puts"}, "12 GETs", "≤ 2050 GETs", "0.0× the anchor", true},
+		{goal{Row: "puts", Unit: "PUTs", Anchor: "missing"}, "2050 PUTs", "", "", false},
+	} {
+		r, ok := c.g.judge(counts)
+		if !ok || r.met != c.met || r.cws != c.cws || r.target != c.target || r.versus != c.want {
+			t.Errorf("judge(%+v) = %+v, %v; want %q, target %q, versus %q, met %v", c.g, r, ok, c.cws, c.target, c.want, c.met)
+		}
+	}
 	if _, ok := (goal{Row: "not run"}).judge(rows); ok {
+		t.Error("a goal whose row was not measured must be left out")
+	}
+	if _, ok := (goal{Row: "not run", Unit: "PUTs", MaxCount: 1}).judge(rows); ok {
 		t.Error("a goal whose row was not measured must be left out")
 	}
 	var b strings.Builder

@@ -134,6 +134,7 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 				firstErr = err
 			}
 		}
+		wait := watchCPU()
 		start := time.Now()
 		for i := 0; i < k; i++ {
 			wg.Add(1)
@@ -162,6 +163,9 @@ func benchMCP(ctx context.Context, e *env) ([]bench.Row, error) {
 		row := bench.Summarize(fmt.Sprintf("MCP readFile 4 KiB, %d session(s)", k), samples)
 		row.Rate = float64(len(samples)) / wall.Seconds()
 		row.Note = fmt.Sprintf("%.0f calls/s; raw JSON-RPC over HTTP, JWT, one client per session", row.Rate)
+		if note := wait.note(); note != "" {
+			row.Note += "; " + note
+		}
 		rows = append(rows, row)
 
 		if k == 1 {

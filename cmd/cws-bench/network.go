@@ -204,7 +204,7 @@ func benchNetwork(ctx context.Context, e *env) ([]bench.Row, error) {
 		}
 		downHost = append(downHost, d...)
 	}
-	rows = append(rows, withRate(note(bench.Summarize("egress: 100 MB through the proxy", down), "python urllib in the workspace, through the agent's proxy and cws"), size, down),
+	rows = append(rows, withRate(note(bench.Summarize("egress: 100 MB through the proxy", down), "python urllib in the workspace, through the agent's proxy and cws (on the socket path the agent hands cws the connection itself)"), size, down),
 		withRate(note(bench.Summarize("100 MB from the host directly", downHost), "the same python, on the host"), size, downHost))
 	n := strconv.Itoa(e.iterations(200))
 	e.logf("egress: connects…")

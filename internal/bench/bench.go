@@ -17,6 +17,7 @@ type Row struct {
 	N    int
 	Mean time.Duration
 	P50  time.Duration
+	P90  time.Duration
 	P99  time.Duration
 	Min  time.Duration
 	Max  time.Duration
@@ -41,7 +42,7 @@ func Summarize(name string, samples []time.Duration) Row {
 		sum += d
 	}
 	r.Mean = sum / time.Duration(len(s))
-	r.P50, r.P99 = Percentile(s, 50), Percentile(s, 99)
+	r.P50, r.P90, r.P99 = Percentile(s, 50), Percentile(s, 90), Percentile(s, 99)
 	r.Min, r.Max = s[0], s[len(s)-1]
 	return r
 }
@@ -84,18 +85,22 @@ func Run(ctx context.Context, warmup, n int, fn func(context.Context) error) ([]
 // WriteTable prints rows as a markdown table.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
-	b.WriteString("| operation | n | mean | p50 | p99 | note |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("| operation | n | mean | p50 | p90 | p99 | note |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		if r.N == 0 {
-			fmt.Fprintf(&b, "| %s | 0 | n/a | n/a | n/a | %s |\n", r.Name, r.Note)
+			fmt.Fprintf(&b, "| %s | 0 | n/a | n/a | n/a | n/a | %s |\n", r.Name, r.Note)
 			continue
 		}
 		if r.Bytes > 0 { // a size, not a latency: printed in the p50 column
-			fmt.Fprintf(&b, "| %s | %d | — | %.1f MiB | — | %s |\n", r.Name, r.N, float64(r.Bytes)/(1<<20), r.Note)
+			fmt.Fprintf(&b, "| %s | %d | — | %.1f MiB | — | — | %s |\n", r.Name, r.N, float64(r.Bytes)/(1<<20), r.Note)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.Name, r.N, Format(r.Mean), Format(r.P50), Format(r.P99), r.Note)
+		if r.P50 == 0 && r.Rate > 0 { // a count (requests), not a latency: in the p50 column
+			fmt.Fprintf(&b, "| %s | %d | — | %.0f | — | — | %s |\n", r.Name, r.N, r.Rate, r.Note)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Name, r.N, Format(r.Mean), Format(r.P50), Format(r.P90), Format(r.P99), r.Note)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -48,7 +48,7 @@ func TestPercentile(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	in := ms(5, 1, 3)
 	r := Summarize("x", in)
-	want := Row{Name: "x", N: 3, Mean: 3 * time.Millisecond, P50: 3 * time.Millisecond, P99: 5 * time.Millisecond,
+	want := Row{Name: "x", N: 3, Mean: 3 * time.Millisecond, P50: 3 * time.Millisecond, P90: 5 * time.Millisecond, P99: 5 * time.Millisecond,
 		Min: time.Millisecond, Max: 5 * time.Millisecond}
 	if r != want {
 		t.Errorf("Summarize = %+v, want %+v", r, want)
@@ -85,14 +85,16 @@ func TestWriteTable(t *testing.T) {
 	err := WriteTable(&b, []Row{
 		Summarize("fast", []time.Duration{800 * time.Microsecond, 1200 * time.Microsecond}),
 		{Name: "skipped", Note: "no samples"},
+		{Name: "PUTs", N: 1, Rate: 2077, Note: "a count"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "| operation | n | mean | p50 | p99 | note |\n" +
-		"|---|---:|---:|---:|---:|---|\n" +
-		"| fast | 2 | 1 ms | 800 µs | 1.2 ms |  |\n" +
-		"| skipped | 0 | n/a | n/a | n/a | no samples |\n"
+	want := "| operation | n | mean | p50 | p90 | p99 | note |\n" +
+		"|---|---:|---:|---:|---:|---:|---|\n" +
+		"| fast | 2 | 1 ms | 800 µs | 1.2 ms | 1.2 ms |  |\n" +
+		"| skipped | 0 | n/a | n/a | n/a | n/a | no samples |\n" +
+		"| PUTs | 1 | — | 2077 | — | — | a count |\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
 	}

@@ -227,6 +227,10 @@ func (c *Client) open(ctx context.Context) (*link, Local, Hello, error) {
 			rd = rights
 		}
 	}
+	var inbox *connInbox
+	if uc, ok := conn.(UnixConner); ok && c.egress != nil {
+		ours.EgressConns, inbox = true, newConnInbox(uc.UnixConn())
+	}
 	peer, err := handshake(ctx, conn, rd, ours, c.live.HandshakeTimeout)
 	if err != nil {
 		if rights != nil {
@@ -241,7 +245,11 @@ func (c *Client) open(ctx context.Context) (*link, Local, Hello, error) {
 	l := newLink()
 	cfg := YamuxConfig()
 	cfg.EnableKeepAlive = false // the watchdog pings instead, and says when the agent went silent (watch)
-	sess, err := yamux.Client(MuxConn(heardConn{conn, l}), cfg)
+	var under io.ReadWriteCloser = conn
+	if inbox != nil {
+		under, l.inbox = inboxConn{conn, inbox}, inbox
+	}
+	sess, err := yamux.Client(MuxConn(heardConn{under, l}), cfg)
 	if err != nil {
 		if rights != nil {
 			rights.discard()

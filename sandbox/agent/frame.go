@@ -81,6 +81,11 @@ type Hello struct {
 
 	// Egress, from a host: it takes the agent's egress streams (OpEgress, netedge.go).
 	Egress bool `json:"egress,omitempty"`
+
+	// EgressConns, from a host on a unix socket that takes egress streams: send it
+	// the descriptors of egress connections (egressconn.go). An agent that does not know
+	// it ignores it.
+	EgressConns bool `json:"egressConns,omitempty"`
 }
 
 // WriteHelloRights writes the handshake frame with a descriptor attached.

@@ -94,6 +94,8 @@ type link struct {
 	once sync.Once
 	dead chan struct{} // closed when the link is declared dead
 	err  error         // why; set before dead closes
+
+	inbox *connInbox // the egress connections the agent sent (egressconn.go); nil: none come
 }
 
 func newLink() *link {

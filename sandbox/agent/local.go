@@ -100,6 +100,9 @@ func (r *rightsReader) Read(p []byte) (int, error) {
 	if oobn > 0 {
 		r.take(oob[:oobn])
 	}
+	if n < 0 { // recvmsg's -1 on an error: a Reader never returns less than 0
+		n = 0
+	}
 	return n, err
 }
 

@@ -33,7 +33,7 @@ func (c unixConn) UnixConn() *net.UnixConn                { return c.uc }
 func (c unixConn) LocalTarget() (agent.LocalTarget, bool) { return c.target, true }
 
 // targetOf is the LocalTarget of dir, read as the current user.
-func targetOf(t *testing.T, dir string) agent.LocalTarget {
+func targetOf(t testing.TB, dir string) agent.LocalTarget {
 	t.Helper()
 	var st syscall.Stat_t
 	must(t, syscall.Stat(dir, &st))
@@ -57,7 +57,7 @@ func (l countingLocal) Answer(ctx context.Context, h *agent.Header, body []byte,
 // socketAgent serves an agent on a real unix socket and returns a client with local
 // reads, the workspace, and the count of calls answered locally. The client's target
 // is the workspace (or, with wrongTarget, another directory).
-func socketAgent(t *testing.T, wrongTarget bool) (*agent.Client, string, *atomic.Int64) {
+func socketAgent(t testing.TB, wrongTarget bool) (*agent.Client, string, *atomic.Int64) {
 	t.Helper()
 	dir := t.TempDir()
 	target := targetOf(t, dir)
@@ -90,7 +90,7 @@ func socketAgent(t *testing.T, wrongTarget bool) (*agent.Client, string, *atomic
 	return c, dir, &n
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -351,5 +351,24 @@ func TestLocalReadsNonRoot(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestLocalReadsNonRoot")) {
 		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
+// BenchmarkLocalRead4K is one 4 KiB read answered in the host's process (local
+// reads): the identity switch, the read, and its frames; no agent round trip.
+//
+//	go test ./sandbox/agent -run '^$' -bench LocalRead4K -benchmem
+func BenchmarkLocalRead4K(b *testing.B) {
+	requireRoot(b)
+	c, dir, local := socketAgent(b, false)
+	must(b, os.WriteFile(filepath.Join(dir, "f4k"), bytes.Repeat([]byte("0123456789abcdef"), 256), 0o644))
+	ctx := b.Context()
+	for b.Loop() {
+		if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "f4k", MaxSize: 10 << 20}); err != nil || len(got) != 4096 {
+			b.Fatalf("read: %d bytes, %v", len(got), err)
+		}
+	}
+	if local.Load() == 0 {
+		b.Fatal("the reads went to the agent")
 	}
 }

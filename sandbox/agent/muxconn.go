@@ -59,6 +59,9 @@ type frameConn struct {
 	// large frame's header and body go out in one writev (see vectored); nil: a frame
 	// of up to coalesceMax is copied into one write instead.
 	vec io.Writer
+	// boundaryWaiters are the SendConn calls waiting for a frame to complete; each
+	// completed frame wakes them (drained). Guarded by mu.
+	boundaryWaiters int
 }
 
 // ReadWatcher is a connection wrapper that only watches reads (the client's liveness):
@@ -261,6 +264,9 @@ func (c *frameConn) Write(p []byte) (int, error) {
 			c.hdr = 0
 			if err := c.flush(); err != nil {
 				return n, err
+			}
+			if c.boundaryWaiters > 0 {
+				c.drained.Broadcast()
 			}
 		}
 	}

@@ -123,23 +123,54 @@ func (c *Client) WithEgress(h EgressFunc) *Client {
 
 // acceptEgress takes the streams the agent opens on l until l ends.
 func (c *Client) acceptEgress(l *link) {
+	if l.inbox != nil {
+		defer l.inbox.close()
+	}
 	for {
 		st, err := l.sess.AcceptStream()
 		if err != nil {
 			return
 		}
-		go c.takeEgress(st)
+		go c.takeEgress(l, st)
 	}
 }
 
-func (c *Client) takeEgress(st *yamux.Stream) {
+func (c *Client) takeEgress(l *link, st *yamux.Stream) {
 	_ = st.SetReadDeadline(time.Now().Add(dialTimeout))
 	h, _, err := ReadFrame(st)
 	if err != nil || h.Op != OpEgress || c.egress == nil {
 		st.Close()
 		return
 	}
-	_ = st.SetReadDeadline(time.Time{})
+	var args EgressArgs
+	if len(h.Args) > 0 {
+		_ = json.Unmarshal(h.Args, &args)
+	}
+	if args.Conn == "" {
+		_ = st.SetReadDeadline(time.Time{})
+		c.egress(st)
+		return
+	}
+	// The agent sent the connection's descriptor ahead of this stream (egressconn.go).
+	var conn *net.TCPConn
+	if l.inbox != nil {
+		conn = l.inbox.claim(args.Conn)
+	}
+	_ = st.SetWriteDeadline(time.Now().Add(dialTimeout))
+	res, _ := json.Marshal(EgressAnswer{Taken: conn != nil})
+	werr := WriteFrame(st, &Header{Done: true, Result: res}, nil)
+	if conn != nil {
+		// Served whether or not the answer got through: an agent that can't read it
+		// closes its copy, never pipes it.
+		st.Close()
+		c.egress(conn)
+		return
+	}
+	if werr != nil {
+		st.Close()
+		return
+	}
+	_ = st.SetDeadline(time.Time{})
 	c.egress(st)
 }
 

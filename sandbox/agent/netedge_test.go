@@ -37,7 +37,7 @@ func edgeServer(t *testing.T) *server.Server {
 
 // edgeClient connects a client to srv over net.Pipe (taking egress streams with h when
 // h is not nil) and pings once, so that its session exists when it returns.
-func edgeClient(t *testing.T, srv *server.Server, h agent.EgressFunc) *agent.Client {
+func edgeClient(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
 	t.Helper()
 	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
 		c, s := net.Pipe()
@@ -386,6 +386,9 @@ func TestDialConcurrentTransfers(t *testing.T) {
 
 // egressCatcher is an EgressFunc that hands each connection to the test.
 type egressCatcher struct {
+	handed bool         // connections should come as the workspace's TCP connections
+	wrong  atomic.Int64 // connections that came the other way
+
 	mu    sync.Mutex
 	conns chan net.Conn
 	all   []net.Conn
@@ -404,6 +407,9 @@ func newCatcher(t *testing.T) *egressCatcher {
 }
 
 func (e *egressCatcher) handle(c net.Conn) {
+	if _, tcp := c.(*net.TCPConn); tcp != e.handed {
+		e.wrong.Add(1)
+	}
 	e.mu.Lock()
 	e.all = append(e.all, c)
 	e.mu.Unlock()
@@ -415,6 +421,9 @@ func (e *egressCatcher) next(t *testing.T, wait time.Duration) net.Conn {
 	t.Helper()
 	select {
 	case c := <-e.conns:
+		if n := e.wrong.Load(); n > 0 {
+			t.Fatalf("%d connections came as %T; handed over: want %v", n, c, e.handed)
+		}
 		return c
 	case <-time.After(wait):
 		t.Fatal("the egress handler got no connection")
@@ -466,12 +475,36 @@ func dialTCP(t *testing.T, addr string) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
+// TestEgress runs a connection's exchanges where its bytes ride the stream (over a
+// net.Pipe, and over a unix socket whose host does not ask for the connections) and
+// where the host takes the connection itself (egressconn.go): the same bytes and
+// half-closes every way.
 func TestEgress(t *testing.T) {
-	srv := edgeServer(t)
-	addr := serveEgress(t, srv)
-	e := newCatcher(t)
-	edgeClient(t, srv, e.handle)
+	for _, tr := range []struct {
+		name   string
+		client func(testing.TB, *server.Server, agent.EgressFunc) *agent.Client
+		handed bool
+	}{
+		{"stream", edgeClient, false},
+		{"stream over a unix socket, the host not asking", func(t testing.TB, srv *server.Server, h agent.EgressFunc) *agent.Client {
+			return unixEdgeClient(t, srv, h, false)
+		}, false},
+		{"handed over", socketEdgeClient, true},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			srv := edgeServer(t)
+			addr := serveEgress(t, srv)
+			e := newCatcher(t)
+			e.handed = tr.handed
+			tr.client(t, srv, e.handle)
+			egressExchanges(t, addr, e)
+		})
+	}
+}
 
+// egressExchanges checks the bytes and half-closes of egress connections to addr that
+// e's host gets.
+func egressExchanges(t *testing.T, addr string, e *egressCatcher) {
 	t.Run("workspace closes its write side first", func(t *testing.T) {
 		w := dialTCP(t, addr)
 		writeAll(t, w, "CONNECT example.com:443 HTTP/1.1\r\n\r\n")

@@ -329,6 +329,12 @@ type TarOutArgs struct {
 	Path  string       `json:"path,omitempty"`
 	Guard *guard.Guard `json:"guard,omitempty"`
 	Exact bool         `json:"exact,omitempty"`
+	// Refs (exact only): a regular file unchanged since this agent last sent it whole
+	// (same inode, size, mtime and ctime, none of them recent) is sent as a reference
+	// instead: no data, its SHA-256 in TarRef and its size in TarRefSize. The caller
+	// must hold those contents already; one it can't vouch for makes it capture again
+	// without Refs.
+	Refs bool `json:"refs,omitempty"`
 }
 
 // MaxTarEntries bounds the entries of one archive, in both directions: a tree that
@@ -344,6 +350,10 @@ const (
 	// TarSkipped, on a global header, lists what the capture skipped as JSON
 	// ([]TarSkip).
 	TarSkipped = "CWS.skipped"
+	// TarRef is the hex SHA-256 of a file sent as a reference (TarOutArgs.Refs), and
+	// TarRefSize its size (the entry's own size is 0).
+	TarRef     = "CWS.ref"
+	TarRefSize = "CWS.refsize"
 )
 
 // TarSkip is an entry an exact archive left out, and why. A path that is not UTF-8

@@ -104,17 +104,24 @@ func copyChunks(dst io.Writer, src io.Reader) {
 	}
 }
 
+// egressHost is a host session that takes egress streams, and, where it asked for
+// them over a unix socket, the connections' descriptors (agent.ConnSender; nil: none).
+type egressHost struct {
+	sess *yamux.Session
+	send agent.ConnSender
+}
+
 // egressHosts are the host sessions that take egress streams, newest last.
 type egressHosts struct {
 	mu    sync.Mutex
-	list  []*yamux.Session
+	list  []egressHost
 	added chan struct{} // closed and replaced when a host is added
 }
 
-func (h *egressHosts) add(sess *yamux.Session) {
+func (h *egressHosts) add(host egressHost) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.list = append(h.list, sess)
+	h.list = append(h.list, host)
 	if h.added != nil {
 		close(h.added)
 	}
@@ -125,7 +132,7 @@ func (h *egressHosts) remove(sess *yamux.Session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, x := range h.list {
-		if x == sess {
+		if x.sess == sess {
 			h.list = append(h.list[:i], h.list[i+1:]...)
 			return
 		}
@@ -133,18 +140,18 @@ func (h *egressHosts) remove(sess *yamux.Session) {
 }
 
 // pick returns the newest live host, or a channel closed when one is added.
-func (h *egressHosts) pick() (*yamux.Session, <-chan struct{}) {
+func (h *egressHosts) pick() (egressHost, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(h.list) - 1; i >= 0; i-- {
-		if !h.list[i].IsClosed() {
+		if !h.list[i].sess.IsClosed() {
 			return h.list[i], nil
 		}
 	}
 	if h.added == nil {
 		h.added = make(chan struct{})
 	}
-	return nil, h.added
+	return egressHost{}, h.added
 }
 
 // egressWait is how long a proxy connection waits for a host to connect.
@@ -178,7 +185,7 @@ func (s *Server) egress(conn net.Conn) {
 wait:
 	for {
 		host, added := s.egressHosts.pick()
-		if host == nil {
+		if host.sess == nil {
 			select {
 			case <-added:
 				continue
@@ -186,7 +193,10 @@ wait:
 				break wait
 			}
 		}
-		st, err := host.OpenStream()
+		if host.send != nil && handOver(host, conn) {
+			return
+		}
+		st, err := host.sess.OpenStream()
 		if err == nil && agent.WriteFrame(st, &agent.Header{Op: agent.OpEgress}, nil) == nil {
 			pipe(st, conn)
 			return
@@ -194,7 +204,7 @@ wait:
 		if st != nil {
 			st.Close()
 		}
-		if !host.IsClosed() {
+		if !host.sess.IsClosed() {
 			break // a live host that can't take a stream: don't spin on it
 		}
 	}
@@ -207,4 +217,37 @@ wait:
 	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
 	conn.Close()
+}
+
+// handOver gives conn to host as a descriptor (agent/egressconn.go). false: nothing
+// was sent, and the connection goes over a stream. Once the descriptor is sent, conn
+// is never piped unless the host says it did not take it: an agent that can't tell
+// closes its copy.
+func handOver(host egressHost, conn net.Conn) bool {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok || host.send.SendConn(tc) != nil {
+		return false
+	}
+	args, _ := json.Marshal(agent.EgressArgs{Conn: tc.RemoteAddr().String()})
+	st, err := host.sess.OpenStream()
+	if err != nil {
+		conn.Close()
+		return true
+	}
+	_ = st.SetDeadline(time.Now().Add(egressWait))
+	if err := agent.WriteFrame(st, &agent.Header{Op: agent.OpEgress, Args: args}, nil); err != nil {
+		st.Close()
+		conn.Close()
+		return true
+	}
+	h, _, err := agent.ReadFrame(st)
+	var ans agent.EgressAnswer
+	if err != nil || h.Error != nil || json.Unmarshal(h.Result, &ans) != nil || ans.Taken {
+		st.Close()
+		conn.Close() // the host serves its copy (or the connection is lost)
+		return true
+	}
+	_ = st.SetDeadline(time.Time{})
+	pipe(st, conn)
+	return true
 }

@@ -218,15 +218,20 @@ func (s *Server) ServeConn(conn io.ReadWriteCloser) {
 	if err != nil {
 		return
 	}
-	sess, err := yamux.Server(agent.MuxConn(conn), agent.YamuxConfig())
+	mux := agent.MuxConn(conn)
+	sess, err := yamux.Server(mux, agent.YamuxConfig())
 	if err != nil {
 		return
+	}
+	host := egressHost{sess: sess}
+	if _, unix := conn.(*net.UnixConn); unix && peer.EgressConns {
+		host.send, _ = mux.(agent.ConnSender)
 	}
 	s.mu.Lock()
 	s.conns[sess] = struct{}{}
 	s.mu.Unlock()
 	if peer.Egress {
-		s.egressHosts.add(sess)
+		s.egressHosts.add(host)
 	}
 	defer func() {
 		s.egressHosts.remove(sess)

@@ -5,15 +5,21 @@ package archive
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path"
+	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +37,8 @@ type Handlers struct {
 	// Wrote, if set, is told of each accepted upload (rel is the directory it went
 	// into), under the writer's guard. It must return at once.
 	Wrote func(rel string, g *guard.Guard, dir bool)
+
+	sums sumCache // what exact captures sent whole, for TarOutArgs.Refs
 }
 
 // eventWriter turns writes into data events, in chunks.
@@ -56,7 +64,10 @@ func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r
 	if err != nil {
 		return nil, err
 	}
-	c := &capture{h: h, ctx: ctx, a: a, base: t, tw: tar.NewWriter(eventWriter{r}), links: map[fileID]string{}}
+	// Events of 256 KiB, not one per header and per file: a tree of small files would
+	// otherwise be thousands of frames of a few hundred bytes.
+	bw := bufio.NewWriterSize(eventWriter{r}, 256<<10)
+	c := &capture{h: h, ctx: ctx, a: a, base: t, tw: tar.NewWriter(bw), links: map[fileID]string{}, now: time.Now()}
 	if err := c.walk(t.Real, "."); err != nil {
 		return nil, err
 	}
@@ -68,6 +79,9 @@ func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r
 		}
 	}
 	if err := c.tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
 	return c.res, nil
@@ -86,6 +100,7 @@ type capture struct {
 	links   map[fileID]string // exact: the first path of each multiply-linked file
 	entries int
 	res     agent.TarResult
+	now     time.Time // when it started: files changed since are never sent as references
 }
 
 // fail is an exact capture's error about one entry: the capture stops, naming it.
@@ -190,6 +205,20 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 			}
 		}
 	}
+	var stamp sumStamp
+	ref := false
+	if c.a.Exact && hdr.Typeflag == tar.TypeReg {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			stamp = sumStamp{id: fileID{uint64(st.Dev), st.Ino}, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+			if sum, ok := c.h.sums.get(stamp); ok && c.a.Refs {
+				if hdr.PAXRecords == nil {
+					hdr.PAXRecords = map[string]string{}
+				}
+				hdr.PAXRecords[agent.TarRef], hdr.PAXRecords[agent.TarRefSize] = sum, strconv.FormatInt(hdr.Size, 10)
+				hdr.Size, ref = 0, true
+			}
+		}
+	}
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}
@@ -209,9 +238,15 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		return c.walk(real, name)
 	case hdr.Typeflag == tar.TypeLink:
 		c.res.Files++
+	case ref:
+		c.res.Files++
+		size, _ := strconv.ParseInt(hdr.PAXRecords[agent.TarRefSize], 10, 64)
+		c.res.Bytes += size
 	case hdr.PAXRecords[agent.TarSparse] != "":
+		sum := sha256.New()
+		w := io.MultiWriter(c.tw, sum)
 		for _, s := range sparse {
-			n, err := io.Copy(c.tw, io.NewSectionReader(f, s.off, s.len))
+			n, err := io.Copy(w, io.NewSectionReader(f, s.off, s.len))
 			if err == nil && n < s.len {
 				err = fmt.Errorf("it shrank while it was read (%d of %d bytes at %d)", n, s.len, s.off)
 			}
@@ -221,8 +256,15 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		}
 		c.res.Files++
 		c.res.Bytes += hdr.Size
+		c.remember(stamp, sum)
 	case fi.Mode().IsRegular():
-		n, err := io.Copy(c.tw, io.LimitReader(f, hdr.Size))
+		var sum hash.Hash
+		var w io.Writer = c.tw
+		if c.a.Exact {
+			sum = sha256.New()
+			w = io.MultiWriter(c.tw, sum)
+		}
+		n, err := io.Copy(w, io.LimitReader(f, hdr.Size))
 		if err == nil && n < hdr.Size {
 			err = fmt.Errorf("it shrank from %d to %d bytes while it was read", hdr.Size, n)
 		}
@@ -234,8 +276,68 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		}
 		c.res.Files++
 		c.res.Bytes += n
+		if sum != nil {
+			c.remember(stamp, sum)
+		}
 	}
 	return nil
+}
+
+// remember keeps the SHA-256 of a file just sent whole, for the next capture's Refs,
+// unless it changed within the last seconds: a file system's timestamps are as coarse
+// as its clock tick, so a write right after the read could leave them as they were
+// (git's "racily clean" entries).
+func (c *capture) remember(st sumStamp, sum hash.Hash) {
+	recent := c.now.Add(-racyWindow).UnixNano()
+	if st.id == (fileID{}) || st.mtime >= recent || st.ctime >= recent {
+		return
+	}
+	c.h.sums.put(st, hex.EncodeToString(sum.Sum(nil)))
+}
+
+// racyWindow is how long before a capture a file must have last changed for its sum to
+// be trusted next time.
+const racyWindow = 2 * time.Second
+
+// sumStamp is what identifies a file's contents without reading them.
+type sumStamp struct {
+	id           fileID
+	size         int64
+	mtime, ctime int64
+}
+
+// sumCache is the SHA-256 of each file an exact capture sent whole, by inode, as long
+// as the inode's size and times stay what they were then.
+type sumCache struct {
+	mu sync.Mutex
+	m  map[fileID]sumCached
+}
+
+type sumCached struct {
+	st  sumStamp
+	sum string
+}
+
+// maxSums bounds the cache (a workspace holds at most agent.MaxTarEntries entries).
+const maxSums = agent.MaxTarEntries
+
+func (s *sumCache) get(st sumStamp) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[st.id]
+	if !ok || c.st != st {
+		return "", false
+	}
+	return c.sum, true
+}
+
+func (s *sumCache) put(st sumStamp, sum string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil || len(s.m) >= maxSums {
+		s.m = map[fileID]sumCached{}
+	}
+	s.m[st.id] = sumCached{st, sum}
 }
 
 // open opens a regular file for the archive and stats what it opened. A file that

@@ -76,6 +76,12 @@ func (h *Handlers) Read(ctx context.Context, args json.RawMessage, _ []byte, r *
 	if err := op.Decode(args, &a); err != nil {
 		return nil, err
 	}
+	return h.ReadDecoded(ctx, a, r)
+}
+
+// ReadDecoded is Read of arguments already decoded: cws's local reads decode them
+// once, to see whether the read is bounded, and go on with them.
+func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r *op.Responder) (any, error) {
 	if a.Offset < 0 || a.Length < 0 {
 		return nil, agent.Errorf(agent.CodeInvalid, a.Path, "offset and length must not be negative")
 	}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cwsdev/cws/internal/bench"
+	"github.com/cwsdev/cws/sandbox/kube"
+	"github.com/cwsdev/cws/version"
+)
+
+// The archivekube section: the archive section's wake on the Kubernetes driver
+// (KUBECONFIG, namespace cws-bench), pods on emptyDirs (so a suspend archives) with a
+// warm pool of one. The pods never reach the S3 server: cws reads the archive and
+// streams it to the pod's agent, so weed stays on loopback.
+
+func init() {
+	sections = append(sections, section{
+		Name:  "archivekube",
+		Order: 98,
+		Doc:   "archived wake of the 17 MB / 2,000-file workspace from S3 on the Kubernetes driver (KUBECONFIG): first readFile",
+		Run:   benchArchiveKube,
+	})
+	goals = append(goals,
+		goal{Order: 85, Figure: "archived wake of 17 MB / 2,000 files from S3, local cluster, first readFile p50", Row: rowWakeKube, Anchor: rowWakeS3, MaxP50: time.Second},
+	)
+}
+
+const rowWakeKube = "kube: wake archived from S3, 17 MB / 2,000 files: first readFile"
+
+func benchArchiveKube(ctx context.Context, e *env) ([]bench.Row, error) {
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		return nil, errors.New("no cluster: set KUBECONFIG (run `make kube`, which prints it)")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeBenchNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	rig, err := startS3Rig(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer rig.close()
+	image := version.WorkspaceImage
+	hits := &countHits{}
+	d, err := kube.New(ctx, kube.Config{Kubeconfig: kc, Namespace: kubeBenchNamespace, AgentImage: "cws:" + version.Version,
+		AgentBinary: e.agentBin, Transport: kube.TransportDirect, Instance: "bench-archive", PoolOwner: "bench-archive",
+		RequestPercent: 1, Pool: []kube.PoolSize{{Image: image, Size: 1}}, PoolObserver: hits})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	pctx, stopPool := context.WithCancel(ctx)
+	poolDone := make(chan struct{})
+	go func() { defer close(poolDone); d.RunPool(pctx) }()
+	kubectl := filepath.Join(filepath.Dir(kc), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		kubectl = "kubectl"
+	}
+	defer func() { stopPool(); <-poolDone; removeKubePooled(context.WithoutCancel(ctx), d, kc, kubectl) }()
+	poolReady := func() error {
+		for d.PoolReady(image) < 1 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return nil
+	}
+	log, restores := newRestoreLog(e)
+	a := newArchSvc(e, d, rig.store, image, log, 0)
+	defer a.close(ctx)
+
+	if err := poolReady(); err != nil {
+		return nil, err
+	}
+	id, err := a.create(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.logf("archivekube: 10 MB / 1,000 files and their git commit…")
+	if err := a.fill17MB(ctx, id); err != nil {
+		return nil, err
+	}
+	hits.hits.Store(0) // the wakes' alone
+	n := e.iterations(3)
+	var wakes, restored []time.Duration
+	var snap string
+	for i := range n {
+		e.logf("archivekube: archive and wake %d/%d…", i+1, n)
+		s, err := a.archive(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		snap = size(s)
+		if err := poolReady(); err != nil {
+			return nil, err
+		}
+		logged := restores.count()
+		t0 := time.Now()
+		if err := a.read(ctx, id, "d00/f00000.bin"); err != nil {
+			return nil, err
+		}
+		wakes = append(wakes, time.Since(t0))
+		if _, r, ok := restores.last(); ok && restores.count() > logged {
+			restored = append(restored, r)
+		}
+	}
+	restore := "the service logged no restore timing"
+	if len(restored) > 0 {
+		restore = "the restore's own part " + bench.Format(bench.Summarize("", restored).P50) + " (p50, the service's log)"
+	}
+	row := note(bench.Summarize(rowWakeKube, wakes), fmt.Sprintf("%s; pods on emptyDirs (a suspend archives), %d of %d from the warm pool of 1, direct transport; %s",
+		snap, hits.hits.Load(), n, restore))
+	return []bench.Row{row}, nil
+}

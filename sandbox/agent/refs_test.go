@@ -1,0 +1,135 @@
+package agent_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/tartest"
+	"github.com/cwsdev/cws/snapshot"
+)
+
+// capture takes an exact tar.out of c into store, with references to known when it
+// is set, and returns the snapshot, its contents and the paths sent as references.
+func capture(t *testing.T, ctx context.Context, c *agent.Client, store *snapshot.Store, known map[string]bool) (*snapshot.Snapshot, map[string]bool, []string, error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var stream bytes.Buffer
+	go func() {
+		_, err := c.TarOut(ctx, agent.TarOutArgs{Path: ".", Exact: true, Refs: known != nil}, io.MultiWriter(pw, &stream))
+		pw.CloseWithError(err)
+	}()
+	snap, sums, err := store.WriteRefs(ctx, snapshot.Snapshot{ID: snapshot.NewID(), Tenant: "acme", Kind: snapshot.KindSnapshot}, pr, 0, known)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var refs []string
+	tr := tar.NewReader(&stream)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.PAXRecords[agent.TarRef] != "" {
+			refs = append(refs, h.Name)
+		}
+	}
+	return snap, sums, refs, nil
+}
+
+// TestCaptureRefs: a second capture sends the files unchanged since the first as
+// references, and everything else whole; what the store gives back is the tree as it
+// is now, byte for byte, whatever was done to the files in between: contents changed
+// at the same size with the mtime put back, a file replaced by another of the same
+// size, appended to, removed, added. References only name contents the caller vouches
+// for.
+func TestCaptureRefs(t *testing.T) {
+	src, srcDir, _ := pipeAgent(t)
+	dst, dstDir, _ := pipeAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 60 {
+		p := filepath.Join(srcDir, fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%02d.txt", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Files changed within the last seconds are never sent as references (their
+	// times may not show a write right after the read): let these age.
+	time.Sleep(2100 * time.Millisecond)
+	b, err := snapshot.NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := snapshot.NewStore(b)
+	_, known, refs, err := capture(t, ctx, src, store, nil)
+	if err != nil || len(refs) != 0 {
+		t.Fatalf("first capture: %v (%d references)", err, len(refs))
+	}
+	// Same size, other contents, the mtime put back as it was.
+	same := filepath.Join(srcDir, "d1/f01.txt")
+	fi, _ := os.Stat(same)
+	if err := os.WriteFile(same, bytes.Repeat([]byte{'Z'}, int(fi.Size())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(same, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	// Replaced by a new file of the same size and mtime.
+	replaced := filepath.Join(srcDir, "d2/f02.txt")
+	fi, _ = os.Stat(replaced)
+	if err := os.Remove(replaced); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(replaced, bytes.Repeat([]byte{'Y'}, int(fi.Size())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chtimes(replaced, fi.ModTime(), fi.ModTime())
+	f, _ := os.OpenFile(filepath.Join(srcDir, "d3/f03.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("more")
+	f.Close()
+	_ = os.Remove(filepath.Join(srcDir, "d0/f04.txt"))
+	_ = os.WriteFile(filepath.Join(srcDir, "d0/new.txt"), []byte("new"), 0o644)
+
+	snap, _, refs, err := capture(t, ctx, src, store, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 56 {
+		t.Errorf("second capture sent %d files as references, want the 56 unchanged: %v", len(refs), refs)
+	}
+	for _, r := range refs {
+		if r == "d1/f01.txt" || r == "d2/f02.txt" || r == "d3/f03.txt" {
+			t.Errorf("%s changed and was sent as a reference", r)
+		}
+	}
+	var tarball bytes.Buffer
+	if _, err := store.Read(ctx, "acme", snap.ID, &tarball); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.TarIn(ctx, agent.TarInArgs{Path: ".", Exact: true}, &tarball); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := tartest.Scan(srcDir)
+	got, _ := tartest.Scan(dstDir)
+	for _, d := range tartest.Diff(want, got, nil) {
+		t.Error(d)
+	}
+
+	// A caller that can't vouch for the contents: the capture is refused, whole.
+	if _, _, _, err := capture(t, ctx, src, store, map[string]bool{}); !errors.Is(err, snapshot.ErrStaleRef) {
+		t.Errorf("references to contents the caller did not vouch for: %v, want ErrStaleRef", err)
+	}
+}

@@ -1,0 +1,617 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// counting counts a backend's requests by kind.
+type counting struct {
+	Backend
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newCounting(b Backend) *counting { return &counting{Backend: b, n: map[string]int{}} }
+
+func (c *counting) count(op string) {
+	c.mu.Lock()
+	c.n[op]++
+	c.mu.Unlock()
+}
+
+func (c *counting) reset() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+func (c *counting) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	c.count("put")
+	return c.Backend.Put(ctx, key, r, size)
+}
+
+func (c *counting) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	c.count("get")
+	return c.Backend.Get(ctx, key)
+}
+
+func (c *counting) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	c.count("get")
+	return c.Backend.GetRange(ctx, key, off, n)
+}
+
+func (c *counting) Exists(ctx context.Context, key string) (bool, error) {
+	c.count("head")
+	return c.Backend.Exists(ctx, key)
+}
+
+func (c *counting) Touch(ctx context.Context, key string) error {
+	c.count("put")
+	return c.Backend.Touch(ctx, key)
+}
+
+func (c *counting) Delete(ctx context.Context, key string) error {
+	c.count("delete")
+	return c.Backend.Delete(ctx, key)
+}
+
+func (c *counting) List(ctx context.Context, prefix string, fn func(Object) error) error {
+	c.count("list")
+	return c.Backend.List(ctx, prefix, fn)
+}
+
+// node is one entry of a generated tree, as a Read must give it back.
+type node struct {
+	Type  byte
+	Mode  int64
+	MTime int64
+	Link  string
+	Sum   string // of a file's contents
+	Size  int64
+}
+
+// genTree writes a random tree as a tar stream: directories (some deep), files of every
+// size class (empty, small, several MiB compressible, and incompressible past the size
+// at which a blob gets a pack of its own when big is set), files sharing contents,
+// symlinks of every kind, hard links, and names of any bytes. It returns the stream,
+// each path's node, and the bytes of file contents.
+func genTree(t testing.TB, rng *mrand.Rand, files int, big bool) ([]byte, map[string]node, int64) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	want := map[string]node{}
+	var total int64
+	dirs := []string{""}
+	var regular []string
+	var bodies [][]byte
+	name := func() string {
+		const alphabet = "abcdefghij-_. é"
+		n := 1 + rng.IntN(12)
+		var b strings.Builder
+		for range n {
+			switch rng.IntN(20) {
+			case 0:
+				b.WriteByte(byte(0x80 + rng.IntN(0x7f))) // not UTF-8
+			case 1:
+				b.WriteByte('\n')
+			default:
+				b.WriteByte(alphabet[rng.IntN(len(alphabet))])
+			}
+		}
+		s := b.String()
+		if s == "." || s == ".." {
+			s += "x"
+		}
+		return s
+	}
+	taken := map[string]bool{} // paths, a directory's without its slash
+	put := func(h *tar.Header, body []byte) {
+		if p := strings.TrimSuffix(h.Name, "/"); taken[p] {
+			return
+		} else {
+			taken[p] = true
+		}
+		h.Format = tar.FormatPAX
+		h.ModTime = time.Unix(1_600_000_000+rng.Int64N(1e8), rng.Int64N(1e9))
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		n := node{Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano(), Link: h.Linkname}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(body); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(body)
+			n.Sum, n.Size = hex.EncodeToString(sum[:]), int64(len(body))
+			total += n.Size
+			regular = append(regular, h.Name)
+		}
+		want[h.Name] = n
+	}
+	for range files {
+		parent := dirs[rng.IntN(len(dirs))]
+		switch k := rng.IntN(20); {
+		case k < 3:
+			d := parent + name() + "/"
+			put(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: []int64{0o755, 0o700, 0o1777, 0o555}[rng.IntN(4)]}, nil)
+			if _, ok := want[d]; ok {
+				dirs = append(dirs, d)
+			}
+		case k < 5:
+			target := []string{"/usr/bin/python3", "../../outside", "dangling", "./x/../y", strings.Repeat("a/", 40)}[rng.IntN(5)]
+			put(&tar.Header{Name: parent + name(), Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}, nil)
+		case k < 6 && len(regular) > 0:
+			put(&tar.Header{Name: parent + name(), Typeflag: tar.TypeLink, Linkname: regular[rng.IntN(len(regular))], Mode: 0o644}, nil)
+		case k < 8 && len(bodies) > 0:
+			body := bodies[rng.IntN(len(bodies))] // the same contents as another file
+			put(&tar.Header{Name: parent + name(), Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body)
+		default:
+			var size int
+			switch c := rng.IntN(100); {
+			case c < 5:
+				size = 0
+			case c < 95:
+				size = rng.IntN(20 << 10)
+			case c < 99:
+				size = rng.IntN(2 << 20)
+			default:
+				size = 1<<20 + rng.IntN(3<<20)
+			}
+			body := make([]byte, size)
+			if rng.IntN(2) == 0 {
+				fill(rng, body)
+			} else {
+				for i := range body {
+					body[i] = "the quick brown fox\n"[(i+rng.IntN(3))%20]
+				}
+			}
+			bodies = append(bodies, body)
+			put(&tar.Header{Name: parent + name(), Typeflag: tar.TypeReg, Mode: []int64{0o644, 0o755, 0o600, 0o4755, 0o000}[rng.IntN(5)], Size: int64(size)}, body)
+		}
+	}
+	if big {
+		// Past inMemory, incompressible: a pack of its own, streamed both ways.
+		body := make([]byte, inMemory+rng.IntN(1<<20))
+		fill(rng, body)
+		put(&tar.Header{Name: "big.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body)
+		put(&tar.Header{Name: "big-again.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), want, total
+}
+
+// fill fills b with random bytes.
+func fill(rng *mrand.Rand, b []byte) {
+	for len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, rng.Uint64())
+		b = b[8:]
+	}
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
+// readTree reads a Read's tar stream into nodes, checking that every entry's directory
+// came before it and that hard links name a file given before them.
+func readTree(t testing.TB, r io.Reader) map[string]node {
+	t.Helper()
+	got := map[string]node{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := got[h.Name]; dup {
+			t.Errorf("%q given twice", h.Name)
+		}
+		if i := strings.LastIndexByte(strings.TrimSuffix(h.Name, "/"), '/'); i > 0 {
+			if _, ok := got[h.Name[:i+1]]; !ok {
+				t.Errorf("%q came before its directory", h.Name)
+			}
+		}
+		if h.Typeflag == tar.TypeLink {
+			if n, ok := got[h.Linkname]; !ok || n.Type != tar.TypeReg {
+				t.Errorf("hard link %q to %q came before its file", h.Name, h.Linkname)
+			}
+		}
+		n := node{Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano(), Link: h.Linkname}
+		if h.Typeflag == tar.TypeReg {
+			hs := sha256.New()
+			size, err := io.Copy(hs, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Sum, n.Size = hex.EncodeToString(hs.Sum(nil)), size
+		}
+		got[h.Name] = n
+	}
+}
+
+// sameTree compares two trees entry by entry.
+func sameTree(t testing.TB, got, want map[string]node) {
+	t.Helper()
+	for p, w := range want {
+		g, ok := got[p]
+		if !ok {
+			t.Errorf("%q lost", p)
+			continue
+		}
+		if g != w {
+			t.Errorf("%q: got %+v, want %+v", p, g, w)
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("%q came back from nowhere", p)
+		}
+	}
+}
+
+// TestPackRoundTrip: generated trees go through Write and Read whole, entry by entry,
+// on both backends, in a number of requests that grows with the bytes, not the files.
+func TestPackRoundTrip(t *testing.T) {
+	backends(t, func(t *testing.T, b Backend) {
+		c := newCounting(b)
+		s := NewStore(c)
+		for seed := range uint64(4) {
+			rng := mrand.New(mrand.NewPCG(seed, 31))
+			stream, want, total := genTree(t, rng, 400, seed == 0)
+			c.reset()
+			snap, err := s.Write(t.Context(), Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(stream), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrote := c.reset()
+			var out bytes.Buffer
+			if _, err := s.Read(t.Context(), "acme", snap.ID, &out); err != nil {
+				t.Fatal(err)
+			}
+			read := c.reset()
+			sameTree(t, readTree(t, &out), want)
+			limit := int(total/(8<<20)) + 10
+			t.Logf("seed %d: %d entries, %d bytes: write %v, read %v", seed, len(want), total, wrote, read)
+			if wrote["put"] > limit || read["get"] > limit {
+				t.Errorf("seed %d: %d PUTs to write, %d GETs to read %d bytes in %d entries; want at most %d each", seed, wrote["put"], read["get"], total, len(want), limit)
+			}
+		}
+	})
+}
+
+// FuzzPackRoundTrip: any tree the generator makes from the fuzzer's seed reads back as
+// written.
+func FuzzPackRoundTrip(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3} {
+		f.Add(seed, uint16(50))
+	}
+	dir := f.TempDir()
+	b, err := NewFileBackend(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := NewStore(b)
+	f.Fuzz(func(t *testing.T, seed uint64, files uint16) {
+		rng := mrand.New(mrand.NewPCG(seed, uint64(files)))
+		stream, want, _ := genTree(t, rng, int(files%300), false)
+		snap, err := s.Write(context.Background(), Snapshot{ID: NewID(), Tenant: "fuzz", Kind: KindSnapshot}, bytes.NewReader(stream), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if _, err := s.Read(context.Background(), "fuzz", snap.ID, &out); err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, readTree(t, &out), want)
+	})
+}
+
+// One changed file: the second snapshot stores one small pack and an index object.
+func TestSecondSnapshotStoresOnePack(t *testing.T) {
+	backends(t, func(t *testing.T, b Backend) {
+		c := newCounting(b)
+		s := NewStore(c)
+		names, files := []string{"d/"}, map[string]string{"d/": ""}
+		for i := range 500 {
+			n := fmt.Sprintf("d/f%03d", i)
+			names, files[n] = append(names, n), randomText(2000)
+		}
+		first, err := s.Write(t.Context(), Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, names, files)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["d/f007"] = "changed"
+		c.reset()
+		second, err := s.Write(t.Context(), Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, names, files)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := c.reset()
+		// lease, pack, index, entries, record
+		if n["put"] != 5 || second.Stored > first.Stored/20 {
+			t.Errorf("second snapshot: %v requests, %d bytes stored (first %d); want 5 PUTs: lease, pack, index, entries, record", n, second.Stored, first.Stored)
+		}
+		var out bytes.Buffer
+		if _, err := s.Read(t.Context(), "acme", second.ID, &out); err != nil {
+			t.Fatal(err)
+		}
+		if _, got := untar(t, &out); got["d/f007"] != "changed" || got["d/f123"] != files["d/f123"] {
+			t.Error("the second snapshot read back different contents")
+		}
+	})
+}
+
+// packs lists a tenant's pack and index objects.
+func packs(t *testing.T, b Backend, tenant string) (packs, index int) {
+	t.Helper()
+	if err := b.List(t.Context(), tenant+"/", func(o Object) error {
+		switch {
+		case strings.Contains(o.Key, "/packs/"):
+			packs++
+		case strings.Contains(o.Key, "/index/"):
+			index++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return packs, index
+}
+
+// A collection rewrites a pack mostly of garbage: a snapshot whose entries still name
+// the old pack reads through the index, whole; one of all garbage goes; the index ends
+// as one object; and another process's Store (which read the old index) reads too.
+func TestCollectRewritesPacks(t *testing.T) {
+	backends(t, func(t *testing.T, b Backend) {
+		ctx := t.Context()
+		s := NewStore(b)
+		other := NewStore(b) // another replica
+		var names []string
+		files := map[string]string{}
+		for i := range 40 {
+			n := fmt.Sprintf("f%02d", i)
+			names, files[n] = append(names, n), randomText(30000)
+		}
+		first, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, names, files)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The second keeps 5 of the first's files and adds 5: its entries name the
+		// first's pack for those 5.
+		keep := names[:5]
+		files2 := map[string]string{}
+		for _, n := range keep {
+			files2[n] = files[n]
+		}
+		names2 := append([]string{}, keep...)
+		for i := range 5 {
+			n := fmt.Sprintf("new%d", i)
+			names2, files2[n] = append(names2, n), randomText(30000)
+		}
+		second, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, names2, files2)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A third whose pack will be all garbage.
+		third, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"only"}, map[string]string{"only": randomText(5000)})), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Read(ctx, "acme", second.ID, io.Discard); err != nil { // other caches the index
+			t.Fatal(err)
+		}
+		if p, i := packs(t, b, "acme"); p != 3 || i != 3 {
+			t.Fatalf("%d packs, %d index objects; want 3 and 3", p, i)
+		}
+		for _, id := range []string{first.ID, third.ID} {
+			if err := s.Delete(ctx, "acme", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		n, freed, err := s.Collect(ctx, "acme", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 36 || freed <= 0 {
+			t.Errorf("Collect removed %d blobs, freed %d bytes; want the first's 35 not kept and the third's 1", n, freed)
+		}
+		if p, i := packs(t, b, "acme"); p != 2 || i != 1 {
+			t.Errorf("after the collection: %d packs, %d index objects; want 2 (the second's, the rewritten one) and 1", p, i)
+		}
+		for _, st := range []*Store{s, other, NewStore(b)} {
+			var out bytes.Buffer
+			if _, err := st.Read(ctx, "acme", second.ID, &out); err != nil {
+				t.Fatalf("the second snapshot does not read after the collection: %v", err)
+			}
+			if _, got := untar(t, &out); len(got) != 10 || got["f03"] != files["f03"] || got["new4"] != files2["new4"] {
+				t.Error("the second snapshot read back different contents after the collection")
+			}
+		}
+		// Nothing more to do: a second collection changes nothing.
+		if n, _, err := s.Collect(ctx, "acme", 0); err != nil || n != 0 {
+			t.Errorf("a second Collect = %d, %v", n, err)
+		}
+		// A new snapshot of the kept files stores none of them again.
+		again, err := other.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, names2, files2)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Stored > 4096 {
+			t.Errorf("a snapshot of files the store holds stored %d bytes", again.Stored)
+		}
+	})
+}
+
+// A pack no index lists (its index object lost, or a Write that stopped before it):
+// the collection adopts it when a snapshot uses its blobs, and drops it when none does.
+func TestCollectOrphanPacks(t *testing.T) {
+	b, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := NewStore(b)
+	used, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(tarball(t, []string{"a"}, map[string]string{"a": randomText(4000)})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"b"}, map[string]string{"b": randomText(4000)})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "acme", unused.ID); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	_ = b.List(ctx, "acme/index/", func(o Object) error { keys = append(keys, o.Key); return nil })
+	for _, k := range keys {
+		_ = b.Delete(ctx, k)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, err := NewStore(b).Collect(ctx, "acme", 0); err != nil {
+		t.Fatal(err)
+	}
+	if p, i := packs(t, b, "acme"); p != 1 || i != 1 {
+		t.Errorf("%d packs, %d index objects; want the used one adopted, the other dropped", p, i)
+	}
+	if _, err := NewStore(b).Read(ctx, "acme", used.ID, io.Discard); err != nil {
+		t.Errorf("the archive does not read after its pack was adopted: %v", err)
+	}
+}
+
+// A pack whose bytes changed is an error naming the contents, never a wrong file.
+func TestReadCorruptPack(t *testing.T) {
+	dir := t.TempDir()
+	b, err := NewFileBackend(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := NewStore(b)
+	snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(tarball(t, []string{"a"}, map[string]string{"a": strings.Repeat("x", 4000)})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	_ = b.List(ctx, "acme/packs/", func(o Object) error { key = o.Key; return nil })
+	rc, _ := b.Get(ctx, key)
+	data, _ := io.ReadAll(rc)
+	rc.Close()
+	// Another blob of the same compressed length in its place.
+	bad := s.enc.EncodeAll([]byte(strings.Repeat("y", 4000)), nil)
+	es, _ := s.entries(ctx, "acme", snap.ID)
+	if int64(len(bad)) != es[0].Len {
+		t.Skipf("compressed lengths differ (%d, %d)", len(bad), es[0].Len)
+	}
+	copy(data[es[0].Off:], bad)
+	if err := b.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Read(ctx, "acme", snap.ID, io.Discard)
+	if !errors.Is(err, ErrBadRecord) || !strings.Contains(err.Error(), es[0].Blob) {
+		t.Errorf("Read of a corrupt pack: %v; want ErrBadRecord naming the contents", err)
+	}
+}
+
+// A store an older cws wrote (one object per blob) keeps working: its snapshots read,
+// a new snapshot of the same files goes to packs, and its blobs are collected once no
+// snapshot names them.
+func TestOldStoreKeepsWorking(t *testing.T) {
+	b, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := NewStore(b)
+	body := randomText(6000)
+	sum := putLoose(t, s, "acme", []byte(body))
+	old := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive, Files: 1, Bytes: 6000}
+	if _, err := s.finish(ctx, old, []entry{{Path: "d/", Type: tar.TypeDir, Mode: 0o755}, {Path: "d/a", Type: tar.TypeReg, Mode: 0o644, Size: 6000, Blob: sum}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := s.Read(ctx, "acme", old.ID, &out); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := untar(t, &out); got["d/a"] != body {
+		t.Error("an old snapshot read back different contents")
+	}
+	fresh, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"a"}, map[string]string{"a": body})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := packs(t, b, "acme"); p != 1 {
+		t.Errorf("%d packs after a new snapshot; want 1", p)
+	}
+	if err := s.Delete(ctx, "acme", old.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n, _, err := s.Collect(ctx, "acme", 0); err != nil || n != 1 {
+		t.Errorf("Collect = %d, %v; want the old loose blob", n, err)
+	}
+	if _, err := s.Read(ctx, "acme", fresh.ID, io.Discard); err != nil {
+		t.Error(err)
+	}
+}
+
+// BenchmarkStore writes and reads 2,000 files of random bytes (17 MB) through the
+// file backend: the store's own part of an archive and of a wake.
+func BenchmarkStore(b *testing.B) {
+	var names []string
+	files := map[string]string{}
+	for i := range 2000 {
+		n := fmt.Sprintf("d%02d/f%04d", i%20, i)
+		if i < 20 {
+			names, files[fmt.Sprintf("d%02d/", i)] = append(names, fmt.Sprintf("d%02d/", i)), ""
+		}
+		names, files[n] = append(names, n), randomText(8500)
+	}
+	stream := tarball(b, names, files)
+	be, err := NewFileBackend(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := NewStore(be)
+	ctx := context.Background()
+	var last *Snapshot
+	b.Run("write", func(b *testing.B) {
+		for range b.N {
+			// A tenant of its own each time: every file is stored.
+			snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: NewID(), Kind: KindArchive}, bytes.NewReader(stream), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = snap
+		}
+		b.SetBytes(int64(len(stream)))
+	})
+	b.Run("read", func(b *testing.B) {
+		for range b.N {
+			if _, err := s.Read(ctx, last.Tenant, last.ID, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(len(stream)))
+	})
+}
