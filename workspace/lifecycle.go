@@ -510,33 +510,19 @@ func (s *Service) suspendAfter(id string, tenant time.Duration) time.Duration {
 	return d
 }
 
-// restore pipes the snapshot id of tenant into a sandbox's agent, the whole tree,
-// denied paths included. Only ever into a fresh sandbox, which the caller drops on an
-// error: a read of the snapshot that fails half-way (the store down, a blob missing)
-// fails the restore even though the agent may have taken the part it got as a
-// complete archive.
-func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Client) ([]string, error) {
-	pr, pw := io.Pipe()
-	type read struct {
-		notes snapshot.ReadNotes
-		err   error
-	}
-	done := make(chan read, 1)
-	go func() {
-		notes, err := s.cfg.Snapshots.Read(ctx, tenant, id, pw)
-		pw.CloseWithError(err)
-		done <- read{notes, err}
-	}()
+// restore pipes the snapshot rd reads into a sandbox's agent, the whole tree, denied
+// paths included. Only ever into a fresh sandbox, which the caller drops on an error: a
+// read of the snapshot that fails half-way (the store down, a blob missing) fails the
+// restore even though the agent may have taken the part it got as a complete archive.
+func (s *Service) restore(ctx context.Context, rd *archiveRead, a *agent.Client) ([]string, error) {
 	g := wholeTree
-	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, pr)
-	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
-	r := <-done
-	if r.err != nil {
-		if errors.Is(r.err, snapshot.ErrNotFound) {
-			return nil, fmt.Errorf("restore snapshot %s: %w", id, r.err)
-		}
-		return nil, fmt.Errorf("%w: restore snapshot %s: %w: %v", ErrUnavailable, id, errStoreRead, r.err)
+	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, rd.pipe)
+	rd.pipe.closeRead(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
+	r, rerr := rd.wait()
+	if rerr != nil {
+		return nil, rd.readError(rerr)
 	}
+	id := rd.id
 	if err != nil {
 		kind := ErrUnavailable // what may pass: a sandbox that went away, a full disk freed
 		if errors.Is(mapAgentError(err), ErrTooLarge) {
@@ -545,7 +531,7 @@ func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Clien
 		return nil, fmt.Errorf("%w: restore snapshot %s: its files could not be written back: %v", kind, id, restoreError(err))
 	}
 	var notes []string
-	for _, rn := range r.notes.Renamed {
+	for _, rn := range r.Renamed {
 		notes = append(notes, fmt.Sprintf("%q was restored as %q: an older cws stored its name without the bytes that are not UTF-8, and another name became the same", rn.From, rn.To))
 	}
 	return notes, nil
@@ -781,7 +767,10 @@ func (s *Service) wakeFailed(ctx context.Context, sess *Session, stage string, e
 }
 
 // wakeArchived makes a new sandbox for an archived session (from the warm pool when one
-// fits) and restores its archive into it.
+// fits) and restores its archive into it. The archive is read from the store while the
+// sandbox starts (readArchive): a read that fails stops the wait for the sandbox, which
+// is then removed; a sandbox that fails stops the read. The create itself runs to its
+// end either way, so that what it made is whole to remove.
 func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, error) {
 	if s.cfg.Snapshots == nil {
 		return nil, errNoSnapshotStore
@@ -791,6 +780,9 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		return nil, fmt.Errorf("%w: unknown tenant %q", ErrForbidden, sess.Tenant)
 	}
 	t0 := time.Now()
+	startCtx, stopStart := context.WithCancel(ctx)
+	defer stopStart()
+	rd := s.readArchive(ctx, sess.Tenant, sess.Archive, stopStart)
 	spec := s.withTestSpec(s.spec(ctx, sess, tp, sess.Env, false))
 	info, err := s.cfg.Sandboxes.Create(ctx, spec)
 	if errors.Is(err, sandbox.ErrExists) {
@@ -800,18 +792,26 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		info, err = s.cfg.Sandboxes.Create(ctx, spec)
 	}
 	if err != nil {
+		rd.stop()
 		return nil, s.wakeFailed(ctx, sess, "sandbox", fmt.Errorf("%w: wake session %s: create its sandbox: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err))
 	}
 	drop := func(stage string, cause error) error {
+		rd.stop()
 		s.endAgent(info.ID)
 		_ = s.cfg.Sandboxes.Remove(context.WithoutCancel(ctx), info.ID)
 		return s.wakeFailed(ctx, sess, stage, cause)
 	}
-	if err := s.waitReady(ctx, info.ID); err != nil {
+	err = s.waitReady(startCtx, info.ID)
+	if rerr := rd.failure(); rerr != nil {
+		err = rerr // the store's failure stopped the wait, or would stop the restore
+	} else if err != nil {
 		return nil, drop("sandbox", err)
 	}
 	t1 := time.Now()
-	notes, err := s.restore(ctx, sess.Tenant, sess.Archive, s.agentFor(info.ID))
+	var notes []string
+	if err == nil {
+		notes, err = s.restore(ctx, rd, s.agentFor(info.ID))
+	}
 	if err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
 			return nil, drop("store", fmt.Errorf("session %s: %w: its archive %s is gone from the snapshot store", sess.ID, ErrSessionLost, sess.Archive))

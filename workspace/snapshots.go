@@ -175,7 +175,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, caller Caller, id string) 
 
 // restoreSnapshot fills a new session's workspace from one of its tenant's snapshots.
 func (s *Service) restoreSnapshot(ctx context.Context, sess *Session, id string) error {
-	notes, err := s.restore(ctx, sess.Tenant, id, s.agentFor(sess.Sandbox))
+	notes, err := s.restore(ctx, s.readArchive(ctx, sess.Tenant, id, func() {}), s.agentFor(sess.Sandbox))
 	sess.Notes = notes
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -193,4 +194,57 @@ func Hash(r io.Reader) (string, error) {
 		}
 		fmt.Fprintf(h, "%x\n", c.Sum(nil))
 	}
+}
+
+// StoreOrder rewrites an archive in the order the snapshot store reads one back:
+// directories and symlinks first in their order, then the regular files in an order
+// drawn from seed (the store groups them by the pack that holds them, not by path),
+// hard links last, global headers at the end.
+func StoreOrder(archive []byte, seed uint64) []byte {
+	type entry struct {
+		hdr  *tar.Header
+		body []byte
+	}
+	var first, files, links, global []entry
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			panic(fmt.Sprintf("tartest: read archive: %v", err))
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			panic(fmt.Sprintf("tartest: read %s: %v", hdr.Name, err))
+		}
+		e := entry{hdr, body}
+		switch hdr.Typeflag {
+		case tar.TypeReg:
+			files = append(files, e)
+		case tar.TypeLink:
+			links = append(links, e)
+		case tar.TypeXGlobalHeader:
+			global = append(global, e)
+		default:
+			first = append(first, e)
+		}
+	}
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	r.Shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range slices.Concat(first, files, links, global) {
+		if err := tw.WriteHeader(e.hdr); err != nil {
+			panic(fmt.Sprintf("tartest: header %s: %v", e.hdr.Name, err))
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			panic(fmt.Sprintf("tartest: body %s: %v", e.hdr.Name, err))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		panic(fmt.Sprintf("tartest: close: %v", err))
+	}
+	return buf.Bytes()
 }

@@ -103,6 +103,7 @@ type extraction struct {
 	content int64 // file contents read from the stream
 	res     agent.TarResult
 	exact   bool      // agent.TarInArgs.Exact
+	st      *stager   // exact: creates the staged entries
 	dirs    []dirMeta // exact: the directories' modes and mtimes, set once all is in place
 }
 
@@ -136,6 +137,12 @@ func (h *Handlers) extract(ctx context.Context, a agent.TarInArgs, in *countingR
 
 	x := &extraction{h: h, g: a.Guard, max: a.MaxBytes, base: base, stage: stage, exact: a.Exact,
 		kinds: map[string]entryKind{}, sizes: map[string]int64{}, ws: map[string]iofs.FileMode{}}
+	if a.Exact {
+		if x.st, err = newStager(h.WS, stage); err != nil {
+			return agent.TarResult{}, fmt.Errorf("open the staging directory: %w", err)
+		}
+		defer x.st.close()
+	}
 	tr := tar.NewReader(in)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -159,6 +166,12 @@ func (h *Handlers) extract(ctx context.Context, a agent.TarInArgs, in *countingR
 		return agent.TarResult{}, agent.Errorf(agent.CodeTooLarge, "", "more than %d bytes follow the end of the archive", maxTarTrailer)
 	} else if err != nil && !errors.Is(err, io.EOF) {
 		return agent.TarResult{}, err
+	}
+
+	if x.exact {
+		if err := x.finishExact(); err != nil {
+			return agent.TarResult{}, err
+		}
 	}
 
 	// Everything is accepted: apply.
@@ -219,11 +232,13 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 			return err
 		}
 		x.kinds[name] = kindDir
-		if err := x.h.WS.Root().MkdirAll(stage, 0o755); err != nil {
-			return x.stageErr(hdr.Name, err)
-		}
 		if x.exact {
+			if err := x.mkdirExact(hdr.Name, name); err != nil {
+				return err
+			}
 			x.dirs = append(x.dirs, dirMeta{name, hdr.Mode, hdr.ModTime})
+		} else if err := x.h.WS.Root().MkdirAll(stage, 0o755); err != nil {
+			return x.stageErr(hdr.Name, err)
 		}
 		x.res.Dirs++
 	case tar.TypeReg:
@@ -235,7 +250,7 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		x.content += hdr.Size
 		if x.exact {
-			if err := x.writeExact(hdr, stage, tr); err != nil {
+			if err := x.fileExact(hdr, name, tr); err != nil {
 				return err
 			}
 		} else if err := x.writeFile(hdr.Name, stage, hdr.Mode, tr); err != nil {
@@ -252,13 +267,9 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 			return err
 		}
 		if x.exact {
-			// A link within the tree, as it was: no bytes of its own.
-			if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
-				return x.stageErr(hdr.Name, err)
-			}
-			if err := x.h.WS.Root().Link(path.Join(x.stage, target), stage); err != nil {
-				return x.stageErr(hdr.Name, err)
-			}
+			// A link within the tree, as it was: no bytes of its own. Made once the
+			// files are written.
+			x.linkExact(hdr.Name, name, target)
 			x.kinds[name], x.sizes[name] = kindFile, x.sizes[target]
 			x.res.Files++
 			return nil
@@ -295,14 +306,15 @@ func (x *extraction) add(hdr *tar.Header, tr *tar.Reader) error {
 		if err := x.claimFile(hdr.Name, name); err != nil {
 			return err
 		}
-		if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
-			return x.stageErr(hdr.Name, err)
-		}
-		if err := x.h.WS.Root().Symlink(hdr.Linkname, stage); err != nil {
-			return x.stageErr(hdr.Name, err)
-		}
 		if x.exact {
-			if err := x.linkTime(stage, hdr.ModTime); err != nil {
+			if err := x.symlinkExact(hdr, name); err != nil {
+				return err
+			}
+		} else {
+			if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
+				return x.stageErr(hdr.Name, err)
+			}
+			if err := x.h.WS.Root().Symlink(hdr.Linkname, stage); err != nil {
 				return x.stageErr(hdr.Name, err)
 			}
 		}
@@ -425,76 +437,15 @@ func (x *extraction) writeFile(entry, stage string, mode int64, src io.Reader) e
 	return nil
 }
 
+func (x *extraction) stageErr(entry string, err error) error { return stageErr(entry, err) }
+
 // stageErr names the entry in an error of the staging directory: a full disk is
 // too_large, anything else internal.
-func (x *extraction) stageErr(entry string, err error) error {
+func stageErr(entry string, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
 		return agent.Errorf(agent.CodeTooLarge, entry, "no space left for the archive: %v", err)
 	}
 	return &agent.WireError{Code: agent.CodeInternal, Path: entry, Message: fmt.Sprintf("stage entry: %v", err)}
-}
-
-// writeExact stages a regular file of an exact archive: its data (at its offsets, for a
-// sparse file), then its mode and mtime.
-func (x *extraction) writeExact(hdr *tar.Header, stage string, tr io.Reader) error {
-	var segs []segment
-	size := hdr.Size
-	raw, sparse := hdr.PAXRecords[agent.TarSparse]
-	if sparse {
-		var err error
-		if segs, size, err = parseSparse(raw, hdr.Size); err != nil {
-			return agent.Errorf(agent.CodeInvalid, hdr.Name, "%v", err)
-		}
-	}
-	if err := x.h.WS.Root().MkdirAll(path.Dir(stage), 0o755); err != nil {
-		return x.stageErr(hdr.Name, err)
-	}
-	f, err := x.h.WS.Root().OpenFile(stage, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return x.stageErr(hdr.Name, err)
-	}
-	defer f.Close()
-	if !sparse {
-		_, err = io.Copy(f, tr)
-	} else { // all holes (no segments) included
-		for _, s := range segs {
-			if _, err = io.CopyN(io.NewOffsetWriter(f, s.off), tr, s.len); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = f.Truncate(size)
-		}
-	}
-	if err != nil {
-		var pe *iofs.PathError
-		if errors.Is(err, context.Canceled) {
-			return err
-		}
-		if errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) {
-			return x.stageErr(hdr.Name, err)
-		}
-		return agent.Errorf(agent.CodeInvalid, hdr.Name, "bad tar archive: %v", err)
-	}
-	if err := unix.Fchmod(int(f.Fd()), uint32(hdr.Mode)&0o7777); err != nil {
-		return x.stageErr(hdr.Name, err)
-	}
-	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(hdr.ModTime.UnixNano())}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, fs.FDPath(f), ts, 0); err != nil {
-		return x.stageErr(hdr.Name, err)
-	}
-	return f.Close()
-}
-
-// linkTime sets a staged symlink's own mtime.
-func (x *extraction) linkTime(stage string, mtime time.Time) error {
-	d, err := x.h.WS.Root().Open(path.Dir(stage))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
-	return unix.UtimesNanoAt(int(d.Fd()), path.Base(stage), ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // dirModes gives the exact archive's directories their modes and mtimes, in place,
