@@ -522,8 +522,11 @@ func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Clien
 		err   error
 	}
 	done := make(chan read, 1)
+	t0 := time.Now()
+	var stored time.Duration // when the store's read ended (the agent may take longer)
 	go func() {
 		notes, err := s.cfg.Snapshots.Read(ctx, tenant, id, pw)
+		stored = time.Since(t0)
 		pw.CloseWithError(err)
 		done <- read{notes, err}
 	}()
@@ -531,6 +534,8 @@ func (s *Service) restore(ctx context.Context, tenant, id string, a *agent.Clien
 	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, pr)
 	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
 	r := <-done
+	s.log.Debug("restore: store read and tar.in", "snapshot", id, "store_read", stored.Round(time.Millisecond),
+		"tar_in", time.Since(t0).Round(time.Millisecond))
 	if r.err != nil {
 		if errors.Is(r.err, snapshot.ErrNotFound) {
 			return nil, fmt.Errorf("restore snapshot %s: %w", id, r.err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -62,9 +63,15 @@ func benchArchiveKube(ctx context.Context, e *env) ([]bench.Row, error) {
 	defer rig.close()
 	image := version.WorkspaceImage
 	hits := &countHits{}
+	log, restores := newRestoreLog(e)
+	log, driverLog, closeLog, err := wakeDebugLog(log)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLog()
 	d, err := kube.New(ctx, kube.Config{Kubeconfig: kc, Namespace: kubeBenchNamespace, AgentImage: "cws:" + version.Version,
 		AgentBinary: e.agentBin, Transport: kube.TransportDirect, Instance: "bench-archive", PoolOwner: "bench-archive",
-		RequestPercent: 1, Pool: []kube.PoolSize{{Image: image, Size: 1}}, PoolObserver: hits})
+		RequestPercent: 1, Pool: []kube.PoolSize{{Image: image, Size: 1}}, PoolObserver: hits, Log: driverLog})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +94,6 @@ func benchArchiveKube(ctx context.Context, e *env) ([]bench.Row, error) {
 		}
 		return nil
 	}
-	log, restores := newRestoreLog(e)
 	a := newArchSvc(e, d, rig.store, image, log, 0)
 	defer a.close(ctx)
 
@@ -133,4 +139,22 @@ func benchArchiveKube(ctx context.Context, e *env) ([]bench.Row, error) {
 	row := note(bench.Summarize(rowWakeKube, wakes), fmt.Sprintf("%s; pods on emptyDirs (a suspend archives), %d of %d from the warm pool of 1, direct transport; %s",
 		snap, hits.hits.Load(), n, restore))
 	return []bench.Row{row}, nil
+}
+
+// wakeDebugLog adds to log a Debug-level copy of its records in the file named by
+// $CWS_BENCH_WAKE_LOG, and returns it with the driver's logger (Debug to the same
+// file): the wake's breakdown (the pool's bind, the agent's dial, the store's read and
+// the tar.in, the pool's refill). Without the variable it returns log and no driver
+// logger.
+func wakeDebugLog(log *slog.Logger) (svc, driver *slog.Logger, closeLog func(), err error) {
+	path := os.Getenv("CWS_BENCH_WAKE_LOG")
+	if path == "" {
+		return log, nil, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	file := slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return slog.New(slog.NewMultiHandler(log.Handler(), file)), slog.New(file), func() { f.Close() }, nil
 }
