@@ -25,7 +25,7 @@ import (
 
 const testNamespace = "cws-kube-test"
 
-func newTestDriver(t *testing.T, cfg Config) *Driver {
+func newTestDriver(t testing.TB, cfg Config) *Driver {
 	t.Helper()
 	kc := testenv.Kube(t)
 	cfg.Kubeconfig = kc
