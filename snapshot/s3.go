@@ -85,12 +85,19 @@ func notFound(err error) bool {
 	return code == "NoSuchKey" || code == "NotFound"
 }
 
+// putPart is the size of an upload's parts, and the largest object sent in one PUT.
+const putPart = 64 << 20
+
 func (b *S3Backend) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	k, err := b.key(key)
 	if err != nil {
 		return err
 	}
-	if _, err := b.c.PutObject(ctx, b.bucket, k, r, size, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+	// Parts of 64 MiB: a pack (about 16 MiB) is one PUT, not a multipart upload of
+	// four requests; a larger object is as few parts as S3 allows without buffering
+	// much (an *os.File or a bytes.Reader is read in place, through io.ReaderAt).
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: putPart}
+	if _, err := b.c.PutObject(ctx, b.bucket, k, r, size, opts); err != nil {
 		return fmt.Errorf("snapshot store: put %s: %w", key, err)
 	}
 	return nil

@@ -619,7 +619,7 @@ func (s *Service) captureOnce(ctx context.Context, sess *Session, meta snapshot.
 	pr, pw := io.Pipe()
 	go func() {
 		g := wholeTree
-		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true, Refs: known != nil}, pw)
+		_, err := a.TarOut(ctx, agent.TarOutArgs{Path: ".", Guard: &g, Exact: true, Refs: known != nil, Remember: true}, pw)
 		pw.CloseWithError(mapAgentError(err))
 	}()
 	snap, sums, err := s.cfg.Snapshots.WriteRefs(ctx, meta, pr, limit, known)

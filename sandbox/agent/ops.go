@@ -335,6 +335,11 @@ type TarOutArgs struct {
 	// must hold those contents already; one it can't vouch for makes it capture again
 	// without Refs.
 	Refs bool `json:"refs,omitempty"`
+	// Remember (exact only): keep the SHA-256 of each file sent whole, for a later
+	// capture's Refs. Only the captures whose references the caller will vouch for
+	// (its snapshot store's) should: a reference to contents a fork's capture sent
+	// would be one the caller can't vouch for.
+	Remember bool `json:"remember,omitempty"`
 }
 
 // MaxTarEntries bounds the entries of one archive, in both directions: a tree that

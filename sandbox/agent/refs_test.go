@@ -24,7 +24,7 @@ func capture(t *testing.T, ctx context.Context, c *agent.Client, store *snapshot
 	pr, pw := io.Pipe()
 	var stream bytes.Buffer
 	go func() {
-		_, err := c.TarOut(ctx, agent.TarOutArgs{Path: ".", Exact: true, Refs: known != nil}, io.MultiWriter(pw, &stream))
+		_, err := c.TarOut(ctx, agent.TarOutArgs{Path: ".", Exact: true, Refs: known != nil, Remember: true}, io.MultiWriter(pw, &stream))
 		pw.CloseWithError(err)
 	}()
 	snap, sums, err := store.WriteRefs(ctx, snapshot.Snapshot{ID: snapshot.NewID(), Tenant: "acme", Kind: snapshot.KindSnapshot}, pr, 0, known)
@@ -126,6 +126,30 @@ func TestCaptureRefs(t *testing.T) {
 	got, _ := tartest.Scan(dstDir)
 	for _, d := range tartest.Diff(want, got, nil) {
 		t.Error(d)
+	}
+
+	// A capture that does not remember (a fork's) leaves the sums as they were: a file
+	// changed since is sent whole by the next capture, not as a reference to contents
+	// only the fork's capture saw (which the caller could not vouch for).
+	_, known, _, err = capture(t, ctx, src, store, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(srcDir, "d0/f08.txt"), []byte("after the snapshot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if _, err := src.TarOut(ctx, agent.TarOutArgs{Path: ".", Exact: true}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	_, _, refs, err = capture(t, ctx, src, store, known)
+	if err != nil {
+		t.Fatalf("the capture after a fork's: %v", err)
+	}
+	for _, r := range refs {
+		if r == "d0/f08.txt" {
+			t.Error("d0/f08.txt, changed since the last remembered capture, was sent as a reference")
+		}
 	}
 
 	// A caller that can't vouch for the contents: the capture is refused, whole.

@@ -243,8 +243,12 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		size, _ := strconv.ParseInt(hdr.PAXRecords[agent.TarRefSize], 10, 64)
 		c.res.Bytes += size
 	case hdr.PAXRecords[agent.TarSparse] != "":
-		sum := sha256.New()
-		w := io.MultiWriter(c.tw, sum)
+		var sum hash.Hash
+		var w io.Writer = c.tw
+		if c.a.Remember {
+			sum = sha256.New()
+			w = io.MultiWriter(c.tw, sum)
+		}
 		for _, s := range sparse {
 			n, err := io.Copy(w, io.NewSectionReader(f, s.off, s.len))
 			if err == nil && n < s.len {
@@ -256,11 +260,13 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		}
 		c.res.Files++
 		c.res.Bytes += hdr.Size
-		c.remember(stamp, sum)
+		if sum != nil {
+			c.remember(stamp, sum)
+		}
 	case fi.Mode().IsRegular():
 		var sum hash.Hash
 		var w io.Writer = c.tw
-		if c.a.Exact {
+		if c.a.Exact && c.a.Remember {
 			sum = sha256.New()
 			w = io.MultiWriter(c.tw, sum)
 		}
