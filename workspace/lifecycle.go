@@ -516,9 +516,11 @@ func (s *Service) suspendAfter(id string, tenant time.Duration) time.Duration {
 // restore even though the agent may have taken the part it got as a complete archive.
 func (s *Service) restore(ctx context.Context, rd *archiveRead, a *agent.Client) ([]string, error) {
 	g := wholeTree
+	t0 := time.Now()
 	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, rd.pipe)
 	rd.pipe.closeRead(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
 	r, rerr := rd.wait()
+	s.log.Debug("restore: tar.in", "snapshot", rd.id, "tar_in", time.Since(t0).Round(time.Millisecond))
 	if rerr != nil {
 		return nil, rd.readError(rerr)
 	}

@@ -25,7 +25,7 @@ import (
 
 const testNamespace = "cws-kube-test"
 
-func newTestDriver(t *testing.T, cfg Config) *Driver {
+func newTestDriver(t testing.TB, cfg Config) *Driver {
 	t.Helper()
 	kc := testenv.Kube(t)
 	cfg.Kubeconfig = kc
@@ -234,7 +234,7 @@ func TestPool(t *testing.T) {
 	}
 	waitReady(d, 2)
 	spec := sandbox.Spec{Session: testSession(), Tenant: "acme", Subject: "bob", Image: version.TestImage}
-	r0 := d.Requests()
+	r0, before := d.Requests(), time.Now()
 	info, err := d.Create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +242,10 @@ func TestPool(t *testing.T) {
 	// The bind is one patch; the refill it wakes may have created its pod already.
 	if n := d.Requests() - r0; obs.hit.Load() != 1 || n < 1 || n > 2 {
 		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ the refill's create)", obs.hit.Load(), n)
+	}
+	// The take holds the refill (refillHold): its replacement pod waits for the wake.
+	if taken := d.refill.taken.Load(); taken < before.UnixNano() {
+		t.Errorf("the take from the pool was not recorded for the refill's hold (taken at %d, the create began at %d)", taken, before.UnixNano())
 	}
 	c := clientOf(d, info.ID)
 	defer c.Close()

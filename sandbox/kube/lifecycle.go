@@ -31,6 +31,7 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 	if err := validate(spec); err != nil {
 		return sandbox.Info{}, err
 	}
+	t0 := time.Now()
 	if info, ok, err := d.fromPool(ctx, spec); ok {
 		return info, err
 	}
@@ -68,11 +69,13 @@ func (d *Driver) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, e
 		}
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: create pod: %w", spec.Session, err)
 	}
+	made := time.Now()
 	if err := d.waitRunning(ctx, name); err != nil {
 		d.cleanup(ctx, name, claim)
 		return sandbox.Info{}, fmt.Errorf("create sandbox %s: %w", spec.Session, err)
 	}
-	log.Info("sandbox created", "uid", p.UID, "claim", claim)
+	log.Info("sandbox created", "uid", p.UID, "claim", claim, "create", made.Sub(t0).Round(time.Millisecond),
+		"running_after", time.Since(made).Round(time.Millisecond))
 	info := sandbox.InfoFrom(name, p.Annotations, true)
 	info.Volume = cmpOr(claim, name)
 	return info, nil
@@ -336,6 +339,9 @@ func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
 // patch of its annotations, made conditional on the pod's resourceVersion so that no
 // two binds take one pod.
 func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (sandbox.Info, bool, error) {
+	if d.pool.Ready(spec.Image) > 0 {
+		d.refill.took(time.Now()) // before Serve wakes the refill (pool.go: refillHold)
+	}
 	return d.pool.Serve(ctx, spec, d.fits(spec),
 		func(ctx context.Context, b pool.Box) (sandbox.Info, error) { return d.bind(ctx, b, spec) }, d.Remove)
 }
@@ -354,6 +360,7 @@ func (d *Driver) bind(ctx context.Context, b pool.Box, spec sandbox.Spec) (sandb
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("bind sandbox %s: pooled pod %s is gone", spec.Session, b.ID)
 	}
+	t0 := time.Now()
 	ann := sandbox.Labels(spec, d.instance)
 	patch := map[string]any{"metadata": map[string]any{"resourceVersion": p.ResourceVersion, "annotations": ann}}
 	body, _ := json.Marshal(patch)
@@ -361,7 +368,8 @@ func (d *Driver) bind(ctx context.Context, b pool.Box, spec sandbox.Spec) (sandb
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("bind sandbox %s: %w", spec.Session, err)
 	}
-	d.log.Info("sandbox created from the pool", "session", spec.Session, "tenant", spec.Tenant, "image", spec.Image, "pod", b.ID)
+	d.log.Info("sandbox created from the pool", "session", spec.Session, "tenant", spec.Tenant, "image", spec.Image, "pod", b.ID,
+		"bind", time.Since(t0).Round(time.Millisecond), "preopened", b.Stream != nil)
 	info := sandbox.InfoFrom(b.ID, np.Annotations, true)
 	info.Volume = cmpOr(b.Volume, b.ID)
 	return info, nil

@@ -42,6 +42,7 @@ const (
 // does not run ErrStopped.
 func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	if s := d.pool.Preopened(id); s != nil {
+		d.log.Debug("agent stream: pre-opened", "pod", id)
 		return s, nil
 	}
 	p, err := d.get(id)
@@ -56,10 +57,12 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 	if err := ready(p); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	c, err := d.attach(ctx, p)
 	if err != nil {
 		return nil, err
 	}
+	d.log.Debug("agent stream: dialled", "pod", id, "transport", d.transport, "took", time.Since(t0).Round(time.Microsecond))
 	return d.conns.track(p, c), nil
 }
 
