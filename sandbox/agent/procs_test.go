@@ -155,7 +155,15 @@ func startServe(t *testing.T, root, procDir string) (*exec.Cmd, *agent.Client) {
 	cmd.Stderr = os.Stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	// Until it accepts: the socket's file appears at bind(2), before listen(2), and a
+	// dial in between is refused.
+	waitFor(t, func() bool {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
