@@ -256,9 +256,19 @@ func (s *Store) writeIndex(ctx context.Context, tenant string, packs []packInfo)
 // tenantIndex is what this process knows of a tenant's index: the index objects it
 // read, and where each blob they list is.
 type tenantIndex struct {
-	mu    sync.Mutex
-	files map[string][]packInfo // index object → its packs
-	locs  map[string]loc
+	mu      sync.Mutex
+	files   map[string][]packInfo // index object → its packs
+	locs    map[string]loc
+	seq     uint64 // refreshes started
+	applied uint64 // the latest refresh applied: an older one never forgets objects
+}
+
+// forgetIndex drops what this process knows of a tenant's index: the next refresh
+// reads it all again.
+func (s *Store) forgetIndex(tenant string) {
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	delete(s.indexes, tenant)
 }
 
 func (s *Store) indexOf(tenant string) *tenantIndex {
@@ -317,6 +327,10 @@ func (s *Store) refreshIndex(ctx context.Context, tenant string) (*tenantIndex, 
 
 func (s *Store) refreshIndexOnce(ctx context.Context, tenant string) (ti *tenantIndex, keys []string, merged bool, err error) {
 	ti = s.indexOf(tenant)
+	ti.mu.Lock()
+	ti.seq++
+	seq := ti.seq
+	ti.mu.Unlock()
 	if err := s.b.List(ctx, tenant+"/index/", func(o Object) error {
 		if id, ok := strings.CutSuffix(path.Base(o.Key), ".json.zst"); ok && validPackID(id) {
 			keys = append(keys, o.Key)
@@ -358,11 +372,16 @@ func (s *Store) refreshIndexOnce(ctx context.Context, tenant string) (ti *tenant
 	for _, k := range keys {
 		present[k] = true
 	}
+	// A refresh that listed before another that was applied since knows less: it
+	// only adds what it read.
 	forgot := false
-	for k := range ti.files {
-		if !present[k] {
-			delete(ti.files, k)
-			forgot = true
+	if seq > ti.applied {
+		ti.applied = seq
+		for k := range ti.files {
+			if !present[k] {
+				delete(ti.files, k)
+				forgot = true
+			}
 		}
 	}
 	for i, k := range missing {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -614,4 +615,154 @@ func BenchmarkStore(b *testing.B) {
 		}
 		b.SetBytes(int64(len(stream)))
 	})
+}
+
+// A reference is the sandbox's word for a file's contents: its size must be what the
+// store holds, or the capture is refused (a wrong size would make an archive that
+// can't be read back, or one whose restore asks for any amount of memory).
+func TestRefSizeChecked(t *testing.T) {
+	b, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := NewStore(b)
+	body := randomText(5000)
+	_, known, err := s.WriteRefs(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"a"}, map[string]string{"a": body})), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum string
+	for k := range known {
+		sum = k
+	}
+	ref := func(size string) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		_ = tw.WriteHeader(&tar.Header{Name: "a", Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{"CWS.ref": sum, "CWS.refsize": size}})
+		_ = tw.Close()
+		return buf.Bytes()
+	}
+	for _, size := range []string{"4999", "5001", "4611686018427387904", "-1", "x"} {
+		_, _, err := s.WriteRefs(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(ref(size)), 0, known)
+		if err == nil {
+			t.Errorf("a reference of %s bytes to 5,000 stored was accepted", size)
+		}
+	}
+	snap, _, err := s.WriteRefs(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(ref("5000")), 0, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := s.Read(ctx, "acme", snap.ID, &out); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := untar(t, &out); got["a"] != body {
+		t.Error("a snapshot of a reference read back other contents")
+	}
+}
+
+// A large file that compresses to little (zeros) is streamed on its way back, never
+// held whole.
+func TestReadStreamsLargeCompressible(t *testing.T) {
+	b, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := NewStore(b)
+	zeros := string(make([]byte, 96<<20))
+	snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(tarball(t, []string{"zeros", "small"}, map[string]string{"zeros": zeros, "small": "x"})), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeros = ""
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	h := sha256.New()
+	if _, err := s.Read(ctx, "acme", snap.ID, h); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 48<<20 {
+		t.Errorf("reading a 96 MiB file of zeros allocated %d MiB: it was held, not streamed", got>>20)
+	}
+}
+
+// staleList answers a List of the index with the listing it gave before, once armed:
+// a replica whose view of the index lags behind a collection.
+type staleList struct {
+	Backend
+	mu    sync.Mutex
+	last  []Object
+	armed bool
+}
+
+func (s *staleList) List(ctx context.Context, prefix string, fn func(Object) error) error {
+	if !strings.HasSuffix(prefix, "/index/") {
+		return s.Backend.List(ctx, prefix, fn)
+	}
+	s.mu.Lock()
+	if s.armed {
+		s.armed = false
+		last := s.last
+		s.mu.Unlock()
+		for _, o := range last {
+			if err := fn(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	s.mu.Unlock()
+	var got []Object
+	err := s.Backend.List(ctx, prefix, func(o Object) error { got = append(got, o); return fn(o) })
+	s.mu.Lock()
+	s.last = got
+	s.mu.Unlock()
+	return err
+}
+
+// A snapshot never names a pack that is gone: a replica whose index is stale (a
+// collection elsewhere dropped the pack) finds out before it writes the record.
+func TestWriteNeverNamesAGonePack(t *testing.T) {
+	fb, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	lagging := &staleList{Backend: fb}
+	s := NewStore(lagging)
+	files := map[string]string{"a": randomText(4000)}
+	first, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"a"}, files)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.refreshIndex(ctx, "acme"); err != nil { // the listing it will lag at
+		t.Fatal(err)
+	}
+	other := NewStore(fb)
+	if err := other.Delete(ctx, "acme", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, err := other.Collect(ctx, "acme", 0); err != nil {
+		t.Fatal(err)
+	}
+	lagging.mu.Lock()
+	lagging.armed = true
+	lagging.mu.Unlock()
+	if _, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"a"}, files)), 0); !errors.Is(err, ErrStaleRef) {
+		t.Fatalf("a Write with a stale index: %v, want ErrStaleRef", err)
+	}
+	again, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindSnapshot}, bytes.NewReader(tarball(t, []string{"a"}, files)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := s.Read(ctx, "acme", again.ID, &out); err != nil {
+		t.Fatalf("the snapshot written after: %v", err)
+	}
 }

@@ -29,6 +29,10 @@ const readAhead = 64 << 20
 // readFetches is how many ranges a Read fetches at once.
 const readFetches = 8
 
+// spanRaw bounds the decoded contents of one span (a pack of small files that compress
+// well holds far more than its size).
+const spanRaw = 16 << 20
+
 // rangeGap is the largest run of unneeded bytes a range reads through rather than
 // starting another.
 const rangeGap = 1 << 20
@@ -211,18 +215,22 @@ func (r *restoring) plan(ctx context.Context, sums []string, holders map[string]
 		blobs := byPack[id]
 		slices.SortFunc(blobs, func(a, b packBlob) int { return int(a.Off - b.Off) })
 		var cur *span
+		var raw int64 // cur's contents, decoded
 		for _, b := range blobs {
-			if b.Len >= ownPack {
+			// Large either way (stored, or once decoded: zeros compress 5,000 to 1):
+			// streamed, never held.
+			if b.Len >= ownPack || b.Raw > inMemory {
 				spans = append(spans, &span{pack: id, off: b.Off, n: b.Len, blobs: []packBlob{b}, stream: true})
 				cur = nil
 				continue
 			}
-			if cur == nil || b.Off-(cur.off+cur.n) > rangeGap || b.Off < cur.off+cur.n {
-				cur = &span{pack: id, off: b.Off}
+			if cur == nil || b.Off-(cur.off+cur.n) > rangeGap || b.Off < cur.off+cur.n || raw+b.Raw > spanRaw {
+				cur, raw = &span{pack: id, off: b.Off}, 0
 				spans = append(spans, cur)
 			}
 			cur.n = b.Off + b.Len - cur.off
 			cur.blobs = append(cur.blobs, b)
+			raw += b.Raw
 		}
 	}
 	spans = append(spans, loose...)
@@ -240,7 +248,7 @@ func (r *restoring) fetchAhead(ctx context.Context, spans []*span, budget *semap
 		if sp.stream {
 			continue
 		}
-		sp.weight = min(max(sp.raw(), sp.n), readAhead)
+		sp.weight = min(sp.raw()+sp.n, readAhead) // what it holds: fetched, then decoded
 		if err := budget.Acquire(ctx, sp.weight); err != nil {
 			return
 		}
@@ -282,7 +290,10 @@ func (r *restoring) fetch(ctx context.Context, sp *span) ([][]byte, error) {
 	}
 	out := make([][]byte, len(sp.blobs))
 	for j, b := range sp.blobs {
-		data, err := r.s.dec.DecodeAll(zs[j], make([]byte, 0, b.Raw))
+		if b.Raw < 0 || b.Raw > inMemory {
+			return nil, fmt.Errorf("snapshot %s: contents %s: %w: %d bytes in a range read", r.id, b.Sum, ErrBadRecord, b.Raw)
+		}
+		data, err := r.s.blobDec.DecodeAll(zs[j], make([]byte, 0, b.Raw))
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: contents %s: %w", r.id, b.Sum, err)
 		}

@@ -132,7 +132,8 @@ type Store struct {
 	b         Backend
 	workers   int
 	enc       *zstd.Encoder
-	dec       *zstd.Decoder
+	dec       *zstd.Decoder // records, entries, index objects
+	blobDec   *zstd.Decoder // blobs: never past the capacity given (their stored size)
 	fencePoll time.Duration // how often a Write waiting for a collection looks again
 	// beforeDelete, if set, runs before each blob a collection deletes (tests).
 	beforeDelete func(key string)
@@ -150,7 +151,8 @@ func NewStore(b Backend) *Store {
 	// EncodeAll and DecodeAll run as many at once as the concurrency allows.
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
 	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)))
-	return &Store{b: b, workers: 8, enc: enc, dec: dec, fencePoll: 250 * time.Millisecond}
+	blobDec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithDecodeAllCapLimit(true))
+	return &Store{b: b, workers: 8, enc: enc, dec: dec, blobDec: blobDec, fencePoll: 250 * time.Millisecond}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -260,6 +262,7 @@ func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	for i, sum := range w.sums {
 		w.entries[i].Blob = sum
 	}
+	reused := map[string]bool{} // packs of earlier snapshots this one names
 	for i := range w.entries {
 		e := &w.entries[i]
 		if e.Blob == "" {
@@ -270,8 +273,21 @@ func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 			if l, ok = ti.lookup(e.Blob); !ok {
 				return nil, nil, fmt.Errorf("snapshot: %s: its contents %s were stored nowhere", e.Path, e.Blob)
 			}
+			reused[l.Pack] = true
 		}
 		e.Pack, e.Off, e.Len = l.Pack, l.Off, l.Len
+	}
+	// The index this process keeps said they are there; the store says so now, under
+	// the lease (no collection can remove them until the record is written).
+	for pack := range reused {
+		ok, err := s.b.Exists(ctx, packKey(meta.Tenant, pack))
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if !ok {
+			s.forgetIndex(meta.Tenant)
+			return nil, nil, fmt.Errorf("%w: pack %s, which the index names, is gone", ErrStaleRef, pack)
+		}
 	}
 	snap, err := s.finish(ctx, meta, w.entries, stored)
 	if err != nil {
@@ -392,8 +408,13 @@ func (w *writing) read(r io.Reader) error {
 				if !w.known[ref] {
 					return fmt.Errorf("%w: %s", ErrStaleRef, h.Name)
 				}
-				if _, ok := w.index.lookup(ref); !ok {
+				l, ok := w.index.lookup(ref)
+				if !ok {
 					return fmt.Errorf("%w: %s: its contents are no longer stored", ErrStaleRef, h.Name)
+				}
+				if l.Raw != size {
+					// The size is the sandbox's word; the store's is what a restore reads.
+					return fmt.Errorf("%w: %s: %d bytes referred to, %d stored", ErrStaleRef, h.Name, size, l.Raw)
 				}
 				h.Size, e.Blob = size, ref
 			}
