@@ -9,13 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
 // FileBackend keeps objects as files beneath a directory: a key is a relative path.
 // A Put writes a temporary file beside the object and renames it into place.
 type FileBackend struct {
-	dir string
+	dir     string
+	durable sync.Map // directories this process made durable in their parents
 }
 
 // NewFileBackend returns the backend of dir (absolute), which it makes if need be.
@@ -93,10 +95,14 @@ func syncDir(dir string) error {
 	return err
 }
 
-// mkdirDurable makes dir and its missing parents beneath the store, each made durable
-// in its parent.
+// mkdirDurable makes dir and its missing parents beneath the store, and makes each
+// durable in its parent, once per process: a directory a mark's Put made (not
+// durable) is made so when a durable object first goes beneath it.
 func (b *FileBackend) mkdirDurable(dir string) error {
-	if _, err := os.Stat(dir); err == nil || dir == b.dir || len(dir) <= len(b.dir) {
+	if len(dir) <= len(b.dir) {
+		return nil
+	}
+	if _, ok := b.durable.Load(dir); ok {
 		return nil
 	}
 	parent := filepath.Dir(dir)
@@ -106,7 +112,11 @@ func (b *FileBackend) mkdirDurable(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(parent)
+	if err := syncDir(parent); err != nil {
+		return err
+	}
+	b.durable.Store(dir, true)
+	return nil
 }
 
 func (b *FileBackend) Get(ctx context.Context, key string) (io.ReadCloser, error) {

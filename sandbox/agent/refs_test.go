@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,16 +104,28 @@ func TestCaptureRefs(t *testing.T) {
 	_ = os.Remove(filepath.Join(srcDir, "d0/f04.txt"))
 	_ = os.WriteFile(filepath.Join(srcDir, "d0/new.txt"), []byte("new"), 0o644)
 
-	snap, _, refs, err := capture(t, ctx, src, store, known)
+	// Mapped shared and writable by a process: a write to a dirty page of it would
+	// change it without changing its times.
+	mf, err := os.OpenFile(filepath.Join(srcDir, "d2/f10.txt"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refs) != 56 {
-		t.Errorf("second capture sent %d files as references, want the 56 unchanged: %v", len(refs), refs)
+	mem, err := syscall.Mmap(int(mf.Fd()), 0, 1000, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _, refs, err := capture(t, ctx, src, store, known)
+	_ = syscall.Munmap(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 55 {
+		t.Errorf("second capture sent %d files as references, want the 55 unchanged and not mapped: %v", len(refs), refs)
 	}
 	for _, r := range refs {
-		if r == "d1/f01.txt" || r == "d2/f02.txt" || r == "d3/f03.txt" {
-			t.Errorf("%s changed and was sent as a reference", r)
+		if r == "d1/f01.txt" || r == "d2/f02.txt" || r == "d3/f03.txt" || r == "d2/f10.txt" {
+			t.Errorf("%s changed (or is mapped for writing) and was sent as a reference", r)
 		}
 	}
 	var tarball bytes.Buffer

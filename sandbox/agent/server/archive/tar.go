@@ -68,6 +68,9 @@ func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r
 	// otherwise be thousands of frames of a few hundred bytes.
 	bw := bufio.NewWriterSize(eventWriter{r}, 256<<10)
 	c := &capture{h: h, ctx: ctx, a: a, base: t, tw: tar.NewWriter(bw), links: map[fileID]string{}, now: time.Now()}
+	if a.Exact && (a.Refs || a.Remember) {
+		c.mapped = writableMappings()
+	}
 	if err := c.walk(t.Real, "."); err != nil {
 		return nil, err
 	}
@@ -100,7 +103,8 @@ type capture struct {
 	links   map[fileID]string // exact: the first path of each multiply-linked file
 	entries int
 	res     agent.TarResult
-	now     time.Time // when it started: files changed since are never sent as references
+	now     time.Time       // when it started: files changed since are never sent as references
+	mapped  map[uint64]bool // inodes mapped shared and writable: never references
 }
 
 // fail is an exact capture's error about one entry: the capture stops, naming it.
@@ -210,7 +214,13 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 	if c.a.Exact && hdr.Typeflag == tar.TypeReg {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			stamp = sumStamp{id: fileID{uint64(st.Dev), st.Ino}, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
-			if sum, ok := c.h.sums.get(stamp); ok && c.a.Refs {
+			if hdr.PAXRecords != nil {
+				stamp.sparse = hdr.PAXRecords[agent.TarSparse] // the data the sum covers
+			}
+			if c.mapped[st.Ino] {
+				c.h.sums.drop(stamp.id)
+				stamp = sumStamp{} // its times may not show its writes
+			} else if sum, ok := c.h.sums.get(stamp); ok && c.a.Refs {
 				if hdr.PAXRecords == nil {
 					hdr.PAXRecords = map[string]string{}
 				}
@@ -310,6 +320,7 @@ type sumStamp struct {
 	id           fileID
 	size         int64
 	mtime, ctime int64
+	sparse       string // a sparse file's data map (agent.TarSparse)
 }
 
 // sumCache is the SHA-256 of each file an exact capture sent whole, by inode, as long
@@ -335,6 +346,12 @@ func (s *sumCache) get(st sumStamp) (string, bool) {
 		return "", false
 	}
 	return c.sum, true
+}
+
+func (s *sumCache) drop(id fileID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, id)
 }
 
 func (s *sumCache) put(st sumStamp, sum string) {
