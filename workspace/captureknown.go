@@ -13,13 +13,19 @@ import (
 // never had. A reference the store can't vouch for (snapshot.ErrStaleRef) makes the
 // capture start again, whole.
 
-// maxKnown bounds the sandboxes whose last capture this replica remembers.
-const maxKnown = 64
+// maxKnown bounds the sandboxes whose last capture this replica remembers, and
+// maxKnownSums their contents all told (about 100 bytes each: 50 MB): the oldest go
+// first, and a capture of more is not remembered (its next capture is whole).
+const (
+	maxKnown     = 64
+	maxKnownSums = 512 << 10
+)
 
 // knownSums is, by sandbox id, the contents its last capture held.
 type knownSums struct {
-	mu sync.Mutex
-	m  map[string]knownSet
+	mu    sync.Mutex
+	m     map[string]knownSet
+	total int // sums held, all sandboxes
 }
 
 type knownSet struct {
@@ -39,20 +45,32 @@ func (k *knownSums) put(sandbox string, sums map[string]bool) {
 	if k.m == nil {
 		k.m = map[string]knownSet{}
 	}
-	if _, ok := k.m[sandbox]; !ok && len(k.m) >= maxKnown {
+	k.dropLocked(sandbox)
+	if len(sums) > maxKnownSums {
+		return
+	}
+	for len(k.m) >= maxKnown || k.total+len(sums) > maxKnownSums {
 		oldest, at := "", time.Time{}
 		for id, s := range k.m {
 			if oldest == "" || s.at.Before(at) {
 				oldest, at = id, s.at
 			}
 		}
-		delete(k.m, oldest)
+		k.dropLocked(oldest)
 	}
 	k.m[sandbox] = knownSet{sums, time.Now()}
+	k.total += len(sums)
+}
+
+func (k *knownSums) dropLocked(sandbox string) {
+	if s, ok := k.m[sandbox]; ok {
+		k.total -= len(s.sums)
+		delete(k.m, sandbox)
+	}
 }
 
 func (k *knownSums) forget(sandbox string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.m, sandbox)
+	k.dropLocked(sandbox)
 }
