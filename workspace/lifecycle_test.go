@@ -631,3 +631,42 @@ func TestSnapshotRefsAfterCollection(t *testing.T) {
 		t.Errorf("src/f07.txt of a session made from the third snapshot: %.20q…", got)
 	}
 }
+
+// TestWakeFromOldFormatArchive: an archive an older cws wrote (one object per file, no
+// pack files) wakes whole after the upgrade.
+func TestWakeFromOldFormatArchive(t *testing.T) {
+	l := newLifeEnv(t, "")
+	ctx := context.Background()
+	l.ok("writeFile", map[string]any{"path": "src/a.txt", "contents": "first"})
+	l.ok("writeFile", map[string]any{"path": "src/deep/b.txt", "contents": strings.Repeat("b", 70000)})
+	l.ok("writeFile", map[string]any{"path": "empty.txt", "contents": ""})
+	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+		t.Fatal(err)
+	}
+	l.clock.Add(25 * time.Hour)
+	if _, err := l.svc.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	archived := l.session()
+	if archived.State != workspace.StateArchived {
+		t.Fatalf("the session is %s, want archived", archived.State)
+	}
+	if err := l.snaps.Unpack(ctx, testTenant, archived.Archive); err != nil {
+		t.Fatal(err)
+	}
+	if packs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "packs", "*", "*")); len(packs) != 0 {
+		t.Fatalf("the old-format archive still has packs: %v", packs)
+	}
+	if blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "blobs", "*", "*")); len(blobs) < 2 {
+		t.Fatalf("the old-format archive has %d blobs", len(blobs))
+	}
+	if got := l.read("src/deep/b.txt"); got != strings.Repeat("b", 70000) {
+		t.Errorf("src/deep/b.txt after the wake: %.20q…", got)
+	}
+	if got := l.read("src/a.txt"); got != "first" {
+		t.Errorf("src/a.txt after the wake: %q", got)
+	}
+	if s := l.session(); s.State != workspace.StateReady {
+		t.Errorf("after the wake the session is %s", s.State)
+	}
+}
