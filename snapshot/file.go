@@ -58,6 +58,14 @@ func (b *FileBackend) Put(ctx context.Context, key string, r io.Reader, size int
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if errors.Is(err, fs.ErrNotExist) && durable {
+		// Its directory was removed from outside since this process made it durable:
+		// forget that, and make it again.
+		b.forgetDurable(filepath.Dir(p))
+		if err = b.mkdirDurable(filepath.Dir(p)); err == nil {
+			f, err = os.CreateTemp(filepath.Dir(p), ".put-*")
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -93,6 +101,13 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// forgetDurable forgets that dir and its parents were made durable.
+func (b *FileBackend) forgetDurable(dir string) {
+	for ; len(dir) > len(b.dir); dir = filepath.Dir(dir) {
+		b.durable.Delete(dir)
+	}
 }
 
 // mkdirDurable makes dir and its missing parents beneath the store, and makes each

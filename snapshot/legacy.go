@@ -11,11 +11,12 @@ import (
 	"strings"
 )
 
-// Unpack rewrites a tenant's snapshot id in the format of a cws before pack files: one
-// object per blob, entries without places, and no pack or index left that holds its
-// contents. It is for tests of stores an older cws wrote (an archive made before an
-// upgrade must still wake); it removes every pack and index object of the tenant.
-func (s *Store) Unpack(ctx context.Context, tenant, id string) error {
+// UnpackForTests rewrites a tenant's snapshot id in the format of a cws before pack
+// files: one object per blob, entries without places, and no pack or index left that
+// holds its contents. It is for tests of stores an older cws wrote (an archive made
+// before an upgrade must still wake), and never for a store in use: it removes every
+// pack and index object of the tenant, unfenced, which breaks its other snapshots.
+func (s *Store) UnpackForTests(ctx context.Context, tenant, id string) error {
 	meta, err := s.Get(ctx, tenant, id)
 	if err != nil {
 		return err
@@ -47,7 +48,7 @@ func (s *Store) Unpack(ctx context.Context, tenant, id string) error {
 			return err
 		}
 	}
-	if _, err := s.finish(ctx, *meta, es, meta.Stored); err != nil {
+	if _, err := s.finish(ctx, *meta, es, 0); err != nil {
 		return err
 	}
 	var gone []string

@@ -766,3 +766,38 @@ func TestWriteNeverNamesAGonePack(t *testing.T) {
 		t.Fatalf("the snapshot written after: %v", err)
 	}
 }
+
+// A capture whose sparse map the restore would refuse is refused before it is
+// recorded, and cws's other PAX records are not kept.
+func TestBadSparseRefused(t *testing.T) {
+	b, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(b)
+	one := func(pax map[string]string, body string) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		_ = tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body)), Format: tar.FormatPAX, PAXRecords: pax})
+		_, _ = tw.Write([]byte(body))
+		_ = tw.Close()
+		return buf.Bytes()
+	}
+	for _, m := range []string{"x", "0:5,3:0", "0:4,10:0", "5:2,0:3,10:0", "0:5,-1:0"} {
+		if _, err := s.Write(t.Context(), Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(one(map[string]string{"CWS.sparse": m}, "hello")), 0); err == nil {
+			t.Errorf("sparse map %q for 5 bytes of data was recorded", m)
+		}
+	}
+	snap, err := s.Write(t.Context(), Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(one(map[string]string{"CWS.sparse": "100:5,1000:0", "CWS.other": "x"}, "hello")), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := s.Read(t.Context(), "acme", snap.ID, &out); err != nil {
+		t.Fatal(err)
+	}
+	h, err := tar.NewReader(&out).Next()
+	if err != nil || h.PAXRecords["CWS.sparse"] != "100:5,1000:0" || h.PAXRecords["CWS.other"] != "" {
+		t.Errorf("read back %v, %v; want the sparse map alone", h.PAXRecords, err)
+	}
+}

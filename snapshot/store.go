@@ -182,6 +182,10 @@ func metaKey(tenant, id string) string    { return tenant + "/meta/" + id + ".js
 func entriesKey(tenant, id string) string { return tenant + "/entries/" + id + ".json.zst" }
 func blobKey(tenant, sum string) string   { return tenant + "/blobs/" + sum[:2] + "/" + sum }
 
+// maxSparseSegments is the most segments a sparse map of a capture may have (the
+// agent's capture stores a file dense past 4,096).
+const maxSparseSegments = 4096
+
 // inMemory is the largest file a snapshot holds in memory while it stores it; larger
 // ones go through a temporary file.
 const inMemory = 8 << 20
@@ -279,15 +283,23 @@ func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	}
 	// The index this process keeps said they are there; the store says so now, under
 	// the lease (no collection can remove them until the record is written).
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(s.workers)
 	for pack := range reused {
-		ok, err := s.b.Exists(ctx, packKey(meta.Tenant, pack))
-		if err != nil {
-			return nil, nil, fmt.Errorf("snapshot: %w", err)
-		}
-		if !ok {
-			s.forgetIndex(meta.Tenant)
-			return nil, nil, fmt.Errorf("%w: pack %s, which the index names, is gone", ErrStaleRef, pack)
-		}
+		eg.Go(func() error {
+			ok, err := s.b.Exists(ectx, packKey(meta.Tenant, pack))
+			if err != nil {
+				return fmt.Errorf("snapshot: %w", err)
+			}
+			if !ok {
+				s.forgetIndex(meta.Tenant)
+				return fmt.Errorf("%w: pack %s, which the index names, is gone", ErrStaleRef, pack)
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, nil, err
 	}
 	snap, err := s.finish(ctx, meta, w.entries, stored)
 	if err != nil {
@@ -383,13 +395,10 @@ func (w *writing) read(r io.Reader) error {
 			return fmt.Errorf("%w: the workspace holds more than %d entries", ErrTooLarge, agent.MaxTarEntries)
 		}
 		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
-		for k, v := range h.PAXRecords {
-			if strings.HasPrefix(k, "CWS.") && k != agent.TarRef && k != agent.TarRefSize {
-				if e.PAX == nil {
-					e.PAX = map[string]string{}
-				}
-				e.PAX[k] = v
-			}
+		// Of cws's PAX records only the sparse map is kept: what the restore reads back
+		// must be what it accepts.
+		if v, ok := h.PAXRecords[agent.TarSparse]; ok {
+			e.PAX = map[string]string{agent.TarSparse: v}
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -417,6 +426,11 @@ func (w *writing) read(r io.Reader) error {
 					return fmt.Errorf("%w: %s: %d bytes referred to, %d stored", ErrStaleRef, h.Name, size, l.Raw)
 				}
 				h.Size, e.Blob = size, ref
+			}
+			if e.PAX != nil {
+				if _, _, err := agent.ParseSparse(e.PAX[agent.TarSparse], h.Size, maxSparseSegments); err != nil {
+					return fmt.Errorf("snapshot: read the workspace: %s: %w", h.Name, err)
+				}
 			}
 			w.meta.Files++
 			w.meta.Bytes += h.Size

@@ -49,7 +49,7 @@ func (k *knownSums) put(sandbox string, sums map[string]bool) {
 	if len(sums) > maxKnownSums {
 		return
 	}
-	for len(k.m) >= maxKnown || k.total+len(sums) > maxKnownSums {
+	for len(k.m) > 0 && (len(k.m) >= maxKnown || k.total+len(sums) > maxKnownSums) {
 		oldest, at := "", time.Time{}
 		for id, s := range k.m {
 			if oldest == "" || s.at.Before(at) {

@@ -651,7 +651,7 @@ func TestWakeFromOldFormatArchive(t *testing.T) {
 	if archived.State != workspace.StateArchived {
 		t.Fatalf("the session is %s, want archived", archived.State)
 	}
-	if err := l.snaps.Unpack(ctx, testTenant, archived.Archive); err != nil {
+	if err := l.snaps.UnpackForTests(ctx, testTenant, archived.Archive); err != nil {
 		t.Fatal(err)
 	}
 	if packs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "packs", "*", "*")); len(packs) != 0 {

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
+	"github.com/cwsdev/cws/sandbox/agent"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,30 +67,15 @@ func formatSparse(segs []segment, size int64) string {
 	return b.String()
 }
 
-// parseSparse reads a sparse map, checking that its segments are in order, within the
-// apparent size, and hold exactly data bytes.
+// parseSparse reads a sparse map (agent.ParseSparse).
 func parseSparse(raw string, data int64) ([]segment, int64, error) {
-	parts := strings.Split(raw, ",")
-	if len(parts) > maxSegments+2 {
-		return nil, 0, fmt.Errorf("sparse map of %d segments", len(parts))
+	segs, size, err := agent.ParseSparse(raw, data, maxSegments)
+	if err != nil {
+		return nil, 0, err
 	}
-	var segs []segment
-	var end, total int64
-	for i, p := range parts {
-		o, l, ok := strings.Cut(p, ":")
-		off, err1 := strconv.ParseInt(o, 10, 64)
-		n, err2 := strconv.ParseInt(l, 10, 64)
-		if !ok || err1 != nil || err2 != nil || off < end || n < 0 || off > 1<<62 || n > 1<<62 {
-			return nil, 0, fmt.Errorf("bad sparse map %q", raw)
-		}
-		if i == len(parts)-1 {
-			if n != 0 || total != data {
-				return nil, 0, fmt.Errorf("bad sparse map %q for %d bytes of data", raw, data)
-			}
-			return segs, off, nil
-		}
-		segs = append(segs, segment{off, n})
-		end, total = off+n, total+n
+	out := make([]segment, len(segs))
+	for i, sg := range segs {
+		out[i] = segment{sg[0], sg[1]}
 	}
-	return nil, 0, fmt.Errorf("bad sparse map %q", raw)
+	return out, size, nil
 }

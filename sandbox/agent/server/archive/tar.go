@@ -69,7 +69,12 @@ func (h *Handlers) TarOut(ctx context.Context, args json.RawMessage, _ []byte, r
 	bw := bufio.NewWriterSize(eventWriter{r}, 256<<10)
 	c := &capture{h: h, ctx: ctx, a: a, base: t, tw: tar.NewWriter(bw), links: map[fileID]string{}, now: time.Now()}
 	if a.Exact && (a.Refs || a.Remember) {
-		c.mapped = writableMappings()
+		var ok bool
+		if c.mapped, ok = writableMappings(); !ok {
+			// Some process's mappings are hidden from the agent: any file may change
+			// without its times showing it. Everything goes whole, nothing is kept.
+			c.a.Refs, c.a.Remember = false, false
+		}
 	}
 	if err := c.walk(t.Real, "."); err != nil {
 		return nil, err
