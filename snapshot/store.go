@@ -397,7 +397,7 @@ func (w *writing) read(r io.Reader) error {
 		e := entry{Path: h.Name, Type: h.Typeflag, Mode: h.Mode, MTime: h.ModTime.UnixNano()}
 		// Of cws's PAX records only the sparse map is kept: what the restore reads back
 		// must be what it accepts.
-		if v, ok := h.PAXRecords[agent.TarSparse]; ok {
+		if v, ok := h.PAXRecords[agent.TarSparse]; ok && h.Typeflag == tar.TypeReg {
 			e.PAX = map[string]string{agent.TarSparse: v}
 		}
 		switch h.Typeflag {
