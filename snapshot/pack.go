@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -391,7 +392,7 @@ func (s *Store) refreshIndexOnce(ctx context.Context, tenant string) (ti *tenant
 	}
 	if forgot {
 		ti.locs = map[string]loc{}
-		for _, k := range slices.Sorted(mapKeys(ti.files)) {
+		for _, k := range slices.Sorted(maps.Keys(ti.files)) {
 			ti.merge(ti.files[k])
 		}
 	} else {
@@ -402,34 +403,11 @@ func (s *Store) refreshIndexOnce(ctx context.Context, tenant string) (ti *tenant
 	return ti, keys, gone.Load(), nil
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 // readIndex reads one index object.
 func (s *Store) readIndex(ctx context.Context, key string) ([]packInfo, error) {
-	rc, err := s.b.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	z, err := io.ReadAll(io.LimitReader(rc, 1<<30))
-	if err != nil {
-		return nil, err
-	}
-	raw, err := s.dec.DecodeAll(z, nil)
-	if err != nil {
-		return nil, fmt.Errorf("index %s: %w", key, err)
-	}
 	var f indexFile
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("index %s: %w", key, err)
+	if err := s.getJSON(ctx, key, &f); err != nil {
+		return nil, err
 	}
 	for _, pk := range f.Packs {
 		if !validPackID(pk.ID) {

@@ -665,25 +665,33 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 }
 
 func (s *Store) entries(ctx context.Context, tenant, id string) ([]entry, error) {
-	rc, err := s.b.Get(ctx, entriesKey(tenant, id))
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	packed, err := io.ReadAll(io.LimitReader(rc, 1<<30))
-	if err != nil {
-		return nil, err
-	}
-	raw, err := s.dec.DecodeAll(packed, nil)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: bad entries: %w", id, err)
-	}
 	var es []entry
-	if err := json.Unmarshal(raw, &es); err != nil {
-		return nil, fmt.Errorf("snapshot %s: bad entries: %w", id, err)
+	if err := s.getJSON(ctx, entriesKey(tenant, id), &es); err != nil {
+		return nil, fmt.Errorf("snapshot %s: entries: %w", id, err)
 	}
 	unpackNames(es)
 	return es, nil
+}
+
+// getJSON reads the zstd-compressed JSON object key (entries, index) into v.
+func (s *Store) getJSON(ctx context.Context, key string, v any) error {
+	rc, err := s.b.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	z, err := io.ReadAll(io.LimitReader(rc, 1<<30))
+	if err != nil {
+		return err
+	}
+	raw, err := s.dec.DecodeAll(z, nil)
+	if err == nil {
+		err = json.Unmarshal(raw, v)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadRecord, key, err)
+	}
+	return nil
 }
 
 // Read writes a tenant's snapshot id to w as a tar stream, as an exact archive
