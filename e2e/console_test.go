@@ -425,7 +425,20 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	// The actions, through in-page dialogs.
-	run(t, ctx, "renew", chromedp.Click(actionButton("Renew"), chromedp.BySearch), waitText(".actions + div", "Renew: done"))
+	// Renew is idempotent: a click that lands while the actions re-render after the
+	// resume (a loaded CI lost one) is made again.
+	run(t, ctx, "renew", chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		for range 3 {
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err = chromedp.Run(tctx, chromedp.Click(actionButton("Renew"), chromedp.BySearch), waitText(".actions + div", "Renew: done"))
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		return err
+	}))
 	run(t, ctx, "snapshot",
 		chromedp.Click(actionButton("Snapshot"), chromedp.BySearch),
 		chromedp.WaitVisible("dialog[open] #snap-name", chromedp.ByQuery),
