@@ -1,0 +1,129 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cwsdev/cws/sandbox"
+	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/version"
+)
+
+// BenchmarkTarInContainer is the agent's side of an archived wake, in a real workspace
+// container: the exact tar.in of a 17 MB / 2,000-file tree (a source tree and a .git of
+// small objects) from this process over the socket transport, beside its anchor, GNU
+// `tar -x -p` of the same archive in the same container, from a file of its volume
+// into a new directory of it, timed inside. Each iteration restores into a new
+// directory, both ways, alternating which goes first.
+//
+//	CI=true go test ./sandbox/docker -run '^$' -bench TarInContainer -benchtime 5x
+//
+// Beside the wall times it reports the CPU each side of the connection spent per
+// restore: this process (the host end) and the agent (the container's end).
+func BenchmarkTarInContainer(b *testing.B) {
+	cli := requireDocker(b)
+	requireImage(b, cli, version.WorkspaceImage)
+	d := newDriverWith(b, Config{Transport: TransportSocket})
+	info := create(b, d, cli, sandbox.Spec{Session: uniq("bench"), Tenant: uniq("tenant"), Image: version.WorkspaceImage})
+	c := agent.NewClient(func(ctx context.Context) (io.ReadWriteCloser, error) { return d.Attach(ctx, info.ID) }, version.Version, nil)
+	defer c.Close()
+	e := &e2eEnv{d: d, id: info.ID, c: c}
+	e.ready(b, c)
+	ctx := context.Background()
+
+	// The tree goes in once as a plain tar; its exact capture is what a wake restores.
+	if _, err := c.TarIn(ctx, agent.TarInArgs{Path: "seed"}, bytes.NewReader(plainTree(2000, 17<<20, 20))); err != nil {
+		b.Fatal(err)
+	}
+	var archive bytes.Buffer
+	if _, err := c.TarOut(ctx, agent.TarOutArgs{Path: "seed", Exact: true}, &archive); err != nil {
+		b.Fatal(err)
+	}
+	// The anchor reads the same archive from a file of the volume.
+	var holder bytes.Buffer
+	tw := tar.NewWriter(&holder)
+	if err := tw.WriteHeader(&tar.Header{Name: "anchor.tar", Mode: 0o644, Size: int64(archive.Len()), Typeflag: tar.TypeReg}); err != nil {
+		b.Fatal(err)
+	}
+	_, _ = tw.Write(archive.Bytes())
+	_ = tw.Close()
+	if _, err := c.TarIn(ctx, agent.TarInArgs{Path: "."}, &holder); err != nil {
+		b.Fatal(err)
+	}
+	inspect, err := cli.ContainerInspect(ctx, info.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	agentPID := inspect.State.Pid
+
+	var restore, untar, hostCPU, agentCPU time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := range 2 {
+			if (i+j)%2 == 0 {
+				t0, h0, a0 := time.Now(), cpuTime(os.Getpid()), cpuTime(agentPID)
+				if _, err := c.TarIn(ctx, agent.TarInArgs{Path: fmt.Sprintf("r%d", i), Exact: true}, bytes.NewReader(archive.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				restore += time.Since(t0)
+				hostCPU += cpuTime(os.Getpid()) - h0
+				agentCPU += cpuTime(agentPID) - a0
+				continue
+			}
+			res, err := c.Exec(ctx, agent.ExecArgs{Argv: []string{"sh", "-c",
+				fmt.Sprintf(`mkdir t%d && s=$(date +%%s%%N) && tar -x -p -f anchor.tar -C t%d && e=$(date +%%s%%N) && echo $((e-s))`, i, i)}}, nil, nil)
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("tar -x: %v %+v", err, res)
+			}
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
+			if err != nil {
+				b.Fatalf("tar -x timing %q: %v", res.Stdout, err)
+			}
+			untar += time.Duration(ns)
+		}
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+	b.ReportMetric(ms(restore), "restore-ms")
+	b.ReportMetric(ms(untar), "tar-x-ms")
+	b.ReportMetric(float64(restore)/float64(untar), "restore/tar-x")
+	b.ReportMetric(ms(hostCPU), "host-cpu-ms")
+	b.ReportMetric(ms(agentCPU), "agent-cpu-ms")
+}
+
+// plainTree is a tar of files files of bytes in all: half a source tree of perDir
+// files a directory, half a .git of small objects, their contents random.
+func plainTree(files, size, perDir int) []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	each := size / files
+	body := make([]byte, 2*each)
+	for i := range body {
+		body[i] = byte(r.IntN(256))
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range files {
+		var dir, name string
+		if i%2 == 0 {
+			dir, name = fmt.Sprintf("src/pkg%03d", i/2/perDir), fmt.Sprintf("file%05d.go", i)
+		} else {
+			dir, name = fmt.Sprintf(".git/objects/%02x", i%256), fmt.Sprintf("%038x", i)
+		}
+		n := each/2 + r.IntN(each+1)
+		off := r.IntN(len(body) - n + 1)
+		_ = tw.WriteHeader(&tar.Header{Name: dir + "/" + name, Mode: 0o644, Size: int64(n), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)})
+		_, _ = tw.Write(body[off : off+n])
+	}
+	_ = tw.Close()
+	return buf.Bytes()
+}
