@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/cwsdev/cws/internal/testenv"
 	"io"
 	mrand "math/rand/v2"
 	"runtime"
@@ -577,7 +578,10 @@ func TestOldStoreKeepsWorking(t *testing.T) {
 }
 
 // BenchmarkStore writes and reads 2,000 files of random bytes (17 MB) through the
-// file backend: the store's own part of an archive and of a wake.
+// file backend and through S3 (SeaweedFS, when there is one): the store's own part of
+// an archive and of a wake.
+//
+//	go test ./snapshot -run '^$' -bench Store -benchtime 5x
 func BenchmarkStore(b *testing.B) {
 	var names []string
 	files := map[string]string{}
@@ -589,31 +593,44 @@ func BenchmarkStore(b *testing.B) {
 		names, files[n] = append(names, n), randomText(8500)
 	}
 	stream := tarball(b, names, files)
-	be, err := NewFileBackend(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := NewStore(be)
 	ctx := context.Background()
-	var last *Snapshot
-	b.Run("write", func(b *testing.B) {
-		for range b.N {
-			// A tenant of its own each time: every file is stored.
-			snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: NewID(), Kind: KindArchive}, bytes.NewReader(stream), 0)
-			if err != nil {
-				b.Fatal(err)
+	bench := func(b *testing.B, be Backend) {
+		s := NewStore(be)
+		var last *Snapshot
+		b.Run("write", func(b *testing.B) {
+			for range b.N {
+				// A tenant of its own each time: every file is stored.
+				snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: NewID(), Kind: KindArchive}, bytes.NewReader(stream), 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = snap
 			}
-			last = snap
+			b.SetBytes(int64(len(stream)))
+		})
+		b.Run("read", func(b *testing.B) {
+			for range b.N {
+				if _, err := s.Read(ctx, last.Tenant, last.ID, io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(int64(len(stream)))
+		})
+	}
+	b.Run("file", func(b *testing.B) {
+		be, err := NewFileBackend(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.SetBytes(int64(len(stream)))
+		bench(b, be)
 	})
-	b.Run("read", func(b *testing.B) {
-		for range b.N {
-			if _, err := s.Read(ctx, last.Tenant, last.ID, io.Discard); err != nil {
-				b.Fatal(err)
-			}
+	b.Run("s3", func(b *testing.B) {
+		srv, bucket := testenv.S3(b)
+		be, err := Open(ctx, "s3://"+bucket+"/bench", srv.Getenv)
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.SetBytes(int64(len(stream)))
+		bench(b, be)
 	})
 }
 
