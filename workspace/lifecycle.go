@@ -520,7 +520,9 @@ func (s *Service) restore(ctx context.Context, rd *archiveRead, a *agent.Client)
 	_, err := a.TarIn(ctx, agent.TarInArgs{Path: ".", Guard: &g, Exact: true}, rd.pipe)
 	rd.pipe.closeRead(cmp.Or(err, io.ErrClosedPipe)) // unblocks a Read still writing
 	r, rerr := rd.wait()
-	s.log.Debug("restore: tar.in", "snapshot", rd.id, "tar_in", time.Since(t0).Round(time.Millisecond))
+	storeWait, agentWait := rd.pipe.waits()
+	s.log.Debug("restore: tar.in", "snapshot", rd.id, "tar_in", time.Since(t0).Round(time.Millisecond),
+		"store_waited_for_agent", storeWait.Round(time.Millisecond), "agent_waited_for_store", agentWait.Round(time.Millisecond))
 	if rerr != nil {
 		return nil, rd.readError(rerr)
 	}

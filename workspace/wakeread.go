@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/cwsdev/cws/snapshot"
 )
@@ -94,6 +95,9 @@ type aheadPipe struct {
 	max    int
 	werr   error // the writer's end: io.EOF or its failure
 	rerr   error // the reader's end
+	// What each side waited for the other: the store's read for the agent to take
+	// bytes (the buffer full), the agent for the store (the buffer empty).
+	writerWait, readerWait time.Duration
 }
 
 // aheadChunk is the size of the buffer's chunks (a larger write is one chunk).
@@ -108,8 +112,12 @@ func newAheadPipe(max int) *aheadPipe {
 func (p *aheadPipe) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.n >= p.max && p.rerr == nil {
-		p.cond.Wait()
+	if p.n >= p.max && p.rerr == nil {
+		t0 := time.Now()
+		for p.n >= p.max && p.rerr == nil {
+			p.cond.Wait()
+		}
+		p.writerWait += time.Since(t0)
 	}
 	if p.rerr != nil {
 		return 0, p.rerr
@@ -132,8 +140,12 @@ func (p *aheadPipe) Write(b []byte) (int, error) {
 func (p *aheadPipe) Read(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.n == 0 && p.werr == nil && p.rerr == nil {
-		p.cond.Wait()
+	if p.n == 0 && p.werr == nil && p.rerr == nil {
+		t0 := time.Now()
+		for p.n == 0 && p.werr == nil && p.rerr == nil {
+			p.cond.Wait()
+		}
+		p.readerWait += time.Since(t0)
 	}
 	if p.rerr != nil {
 		return 0, io.ErrClosedPipe
@@ -153,6 +165,14 @@ func (p *aheadPipe) Read(b []byte) (int, error) {
 	p.n -= k
 	p.cond.Broadcast()
 	return k, nil
+}
+
+// waits returns how long the store's read waited for the agent, and the agent for
+// the store's read.
+func (p *aheadPipe) waits() (store, agent time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writerWait, p.readerWait
 }
 
 // closeWrite ends the stream: the reader gets err (io.EOF if nil) once it has read

@@ -124,12 +124,17 @@ func benchArchive(ctx context.Context, e *env) ([]bench.Row, error) {
 		if i == 0 {
 			gets = rig.counts().Sub(c1)
 		}
+		ready, r, ok := restores.last()
+		ok = ok && restores.count() > logged
+		if ok {
+			e.logf("archive: woke in %s (the sandbox ready after %s, the restore %s)", bench.Format(took), bench.Format(ready), bench.Format(r))
+		}
 		if delay > 0 {
 			slow = append(slow, took)
 			continue
 		}
 		wakes = append(wakes, took)
-		if ready, r, ok := restores.last(); ok && restores.count() > logged {
+		if ok {
 			restored, readyT = append(restored, r), append(readyT, ready)
 		}
 	}

@@ -150,7 +150,6 @@ type Driver struct {
 	tMu       sync.Mutex
 
 	pool    *pool.Pool
-	refill  refillTimer        // holds the pool's refill after a take (pool.go)
 	conns   connSet            // the agent streams, by pod (conns.go)
 	resumes singleflight.Group // one resume per pod at a time (suspend.go)
 }

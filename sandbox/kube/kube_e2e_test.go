@@ -243,9 +243,10 @@ func TestPool(t *testing.T) {
 	if n := d.Requests() - r0; obs.hit.Load() != 1 || n < 1 || n > 2 {
 		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ the refill's create)", obs.hit.Load(), n)
 	}
-	// The take holds the refill (refillHold): its replacement pod waits for the wake.
-	if taken := d.refill.taken.Load(); taken < before.UnixNano() {
-		t.Errorf("the take from the pool was not recorded for the refill's hold (taken at %d, the create began at %d)", taken, before.UnixNano())
+	// The take holds the refill (pool.DefaultRefillHold): its replacement pod waits
+	// for the wake.
+	if taken := d.pool.TakenAt(); taken.Before(before) {
+		t.Errorf("the take from the pool was not recorded for the refill's hold (taken at %s, the create began at %s)", taken, before)
 	}
 	c := clientOf(d, info.ID)
 	defer c.Close()

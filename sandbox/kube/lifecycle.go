@@ -339,9 +339,6 @@ func (d *Driver) Inspect(ctx context.Context, id string) (sandbox.Info, error) {
 // patch of its annotations, made conditional on the pod's resourceVersion so that no
 // two binds take one pod.
 func (d *Driver) fromPool(ctx context.Context, spec sandbox.Spec) (sandbox.Info, bool, error) {
-	if d.pool.Ready(spec.Image) > 0 {
-		d.refill.took(time.Now()) // before Serve wakes the refill (pool.go: refillHold)
-	}
 	return d.pool.Serve(ctx, spec, d.fits(spec),
 		func(ctx context.Context, b pool.Box) (sandbox.Info, error) { return d.bind(ctx, b, spec) }, d.Remove)
 }

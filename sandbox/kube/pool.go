@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,50 +24,10 @@ import (
 // poolEngine is the Driver as its pool's pool.Engine.
 type poolEngine struct{ *Driver }
 
-// refillHold is how long the refill that taking a pooled pod wakes waits before it
-// creates the replacement pod: the sandbox just handed out (a wake restoring an
-// archive into it) runs first, rather than beside the kubelet, the runtime and the
-// agent's init container starting another pod on the same node's CPUs.
-const refillHold = time.Second
-
-// refillTimer records when a pooled pod was last taken; the refill's Make waits
-// until refillHold after it.
-type refillTimer struct{ taken atomic.Int64 } // UnixNano; 0: never
-
-func (r *refillTimer) took(now time.Time) { r.taken.Store(now.UnixNano()) }
-
-// wait is how long a refill starting at now still holds.
-func (r *refillTimer) wait(now time.Time) time.Duration {
-	t := r.taken.Load()
-	if t == 0 {
-		return 0
-	}
-	return max(0, time.Unix(0, t).Add(refillHold).Sub(now))
-}
-
-// hold waits out the refill's hold, or until ctx ends (its error).
-func (r *refillTimer) hold(ctx context.Context) error {
-	w := r.wait(time.Now())
-	if w <= 0 {
-		return nil
-	}
-	t := time.NewTimer(w)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // Make creates one pooled pod of image (and its claim), waits for it to run and for
 // its agent to answer, and pre-opens a stream for its session's first call.
 func (e poolEngine) Make(ctx context.Context, image string) (pool.Box, error) {
 	d := e.Driver
-	if err := d.refill.hold(ctx); err != nil {
-		return pool.Box{}, fmt.Errorf("pool %s: %w", image, err)
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()

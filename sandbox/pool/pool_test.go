@@ -211,3 +211,47 @@ func (o *countMiss) PoolMiss(_ string, reason string) {
 	}
 }
 func (*countMiss) PoolFillFailed(string) {}
+
+// TestRefillHold: the refill that a take wakes waits the hold from the take (the
+// sandbox handed out runs first), not at all before any take or with the hold off, and
+// gives up with its context.
+func TestRefillHold(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	e := &fakeEngine{}
+	p := New(Config{Sizes: []Size{{"a", 1}}, RefillHold: hold})
+	if w := p.holdLeft(time.Now()); w != 0 || !p.TakenAt().IsZero() {
+		t.Errorf("no take yet: the refill waits %s (taken at %s), want 0", w, p.TakenAt())
+	}
+	run(t, p, e)
+	waitReady(t, p, "a", 1) // the first fill does not wait
+	t0 := time.Now()
+	if _, miss := p.Take("a", true); miss != "" {
+		t.Fatal(miss)
+	}
+	now := time.Now()
+	for _, c := range []struct{ after, most time.Duration }{{0, hold}, {hold / 2, hold / 2}, {hold, 0}, {2 * hold, 0}} {
+		if w := p.holdLeft(now.Add(c.after)); w > c.most || (c.most > 0 && w < c.most-now.Sub(t0)) {
+			t.Errorf("%s after the take: the refill waits %s, want %s", c.after, w, c.most)
+		}
+	}
+	p.Signal()
+	waitReady(t, p, "a", 1)
+	if took := time.Since(t0); took < hold {
+		t.Errorf("the refill was ready %s after the take; it should have waited %s", took, hold)
+	}
+
+	off := New(Config{Sizes: []Size{{"a", 1}}, RefillHold: -1})
+	run(t, off, &fakeEngine{})
+	waitReady(t, off, "a", 1)
+	off.Take("a", true)
+	if w := off.holdLeft(time.Now()); w != 0 {
+		t.Errorf("with the hold off the refill waits %s", w)
+	}
+
+	p.Take("a", true)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.waitHold(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("waitHold with its context ended = %v, want context.Canceled", err)
+	}
+}
