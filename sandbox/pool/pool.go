@@ -47,9 +47,10 @@ const DefaultMaxAge = time.Hour
 // DefaultRefillHold is Config.RefillHold when zero: how long the refill that taking a
 // pooled sandbox wakes waits before it makes the replacement. The sandbox just handed
 // out runs first (a wake restoring an archive into it: about 0.3–1 s for 17 MB),
-// rather than beside the engine starting another container on the same cores; on two
-// cores the archive section of cws-bench gave the wake 1.07 s without the hold and
-// 760 ms with it.
+// rather than beside the engine starting another container on the same cores. (On
+// two cores the archive section of cws-bench gave the wake 1.07 s without the hold
+// and 760 ms with it, one run each; runs with it since gave 1.1–1.6 s on a busier
+// machine: its effect is within the noise of this machine's file system.)
 const DefaultRefillHold = time.Second
 
 // Size asks for a warm pool of Size sandboxes of Image.
