@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -85,6 +86,15 @@ func roundTrip(t *testing.T, seed uint64) {
 // TestArchiveRoundTrip: whatever the capture takes, the restore gives back exactly.
 func TestArchiveRoundTrip(t *testing.T) {
 	for seed := range uint64(12) {
+		roundTrip(t, seed)
+	}
+}
+
+// TestArchiveRoundTripOneCPU: the same with GOMAXPROCS 1, as in a workspace limited
+// to one CPU, where the restore writes files with one worker.
+func TestArchiveRoundTripOneCPU(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for seed := uint64(100); seed < 104; seed++ {
 		roundTrip(t, seed)
 	}
 }
