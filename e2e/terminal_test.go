@@ -267,6 +267,10 @@ func TestTerminalsE2E(t *testing.T) {
 		}
 	})
 	t.Run("top's screen as text", func(t *testing.T) {
+		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "PS1='M> '", "keys": []string{"Enter"}})
+		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^M>$`, "timeoutMs": 30000}); s["matched"] != true {
+			t.Fatalf("no prompt: %v", s)
+		}
 		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "top", "keys": []string{"Enter"}})
 		s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^\s*PID\s+USER`, "timeoutMs": 30000})
 		lines, _ := s["lines"].([]any)
@@ -277,7 +281,7 @@ func TestTerminalsE2E(t *testing.T) {
 		// top flushes the input it has not read as it restores the terminal (TCSAFLUSH):
 		// what is typed before the shell's prompt is back may be dropped, as in any
 		// terminal. CI on the cluster once lost "echo after-top" so.
-		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `/workspace\$$`, "timeoutMs": 30000}); s["matched"] != true {
+		if s := c.call(t, "terminalScreen", map[string]any{"id": mid, "waitFor": `^M>$`, "timeoutMs": 30000}); s["matched"] != true {
 			t.Fatalf("no prompt after q: %v", s)
 		}
 		c.call(t, "terminalSend", map[string]any{"id": mid, "text": "echo after-top", "keys": []string{"Enter"}})

@@ -609,6 +609,13 @@ func BenchmarkStore(b *testing.B) {
 			b.SetBytes(int64(len(stream)))
 		})
 		b.Run("read", func(b *testing.B) {
+			if last == nil { // -bench 'Store/.*/read' alone
+				var err error
+				if last, err = s.Write(ctx, Snapshot{ID: NewID(), Tenant: NewID(), Kind: KindArchive}, bytes.NewReader(stream), 0); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+			}
 			for range b.N {
 				if _, err := s.Read(ctx, last.Tenant, last.ID, io.Discard); err != nil {
 					b.Fatal(err)

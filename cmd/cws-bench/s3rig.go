@@ -197,7 +197,9 @@ func newRestoreLog(e *env) (*slog.Logger, *restoreTimes) {
 	return slog.New(restoreLog{out: slog.NewTextHandler(e.progress, &slog.HandlerOptions{Level: slog.LevelWarn}), seen: t}), t
 }
 
-func (h restoreLog) Enabled(ctx context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+// Enabled takes Debug too: the wake's "restore: tar.in" line (how long the store's
+// read and the agent waited for each other) goes to the progress stream.
+func (h restoreLog) Enabled(ctx context.Context, l slog.Level) bool { return l >= slog.LevelDebug }
 
 func (h restoreLog) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == "archive restored" {
@@ -214,6 +216,9 @@ func (h restoreLog) Handle(ctx context.Context, r slog.Record) error {
 		h.seen.mu.Lock()
 		h.seen.ready, h.seen.took = append(h.seen.ready, ready), append(h.seen.took, took)
 		h.seen.mu.Unlock()
+	}
+	if r.Message == "restore: tar.in" {
+		return h.out.Handle(ctx, r)
 	}
 	if !h.out.Enabled(ctx, r.Level) {
 		return nil

@@ -98,6 +98,10 @@ type Config struct {
 	// than twice this are removed (their replica is gone, or will not hand them out any
 	// more). Zero means DefaultPoolMaxAge (1 h).
 	PoolMaxAge time.Duration
+	// PoolRefillHold is how long the refill waits after a pooled container was taken
+	// (the sandbox handed out runs first); zero means pool.DefaultRefillHold (1 s),
+	// negative none.
+	PoolRefillHold time.Duration
 	// PoolObserver receives the pool's measures. Nil measures nothing.
 	PoolObserver PoolObserver
 }
@@ -171,7 +175,7 @@ func New(cfg Config) (*Driver, error) {
 		instance:    cmp.Or(cfg.Instance, DefaultInstance),
 		socketDir:   filepath.Clean(cmp.Or(cfg.SocketDir, DefaultSocketDir)),
 		pool: pool.New(pool.Config{Sizes: cfg.Pool, Max: cfg.PoolMax, Fillers: cfg.PoolFillers, Owner: cfg.PoolOwner,
-			MaxAge: cfg.PoolMaxAge, Observer: cfg.PoolObserver, Log: log.With("component", "sandbox/docker")}),
+			MaxAge: cfg.PoolMaxAge, RefillHold: cfg.PoolRefillHold, Observer: cfg.PoolObserver, Log: log.With("component", "sandbox/docker")}),
 	}
 	if err := d.chooseTransport(cfg.Transport, cli.DaemonHost()); err != nil {
 		cli.Close()

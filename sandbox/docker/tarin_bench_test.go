@@ -31,7 +31,9 @@ import (
 // Beside the wall times it reports the CPU each side of the connection spent per
 // restore: this process (the host end) and the container (the agent's end), and how
 // long the container's CPU quota held it back; beside them the container's CPU for the
-// anchor (tar, and the shell and exec around it).
+// anchor (tar, and the shell and exec around it). restore-ms is wall time on this side
+// (the 17 MB cross the socket in it); tar-x-ms is timed inside the container. The
+// restored trees stay until the container goes (about 40 MB an iteration).
 func BenchmarkTarInContainer(b *testing.B) {
 	cli := requireDocker(b)
 	requireImage(b, cli, version.WorkspaceImage)
@@ -67,6 +69,9 @@ func BenchmarkTarInContainer(b *testing.B) {
 		b.Fatal(err)
 	}
 	cg := containerCgroup(inspect.ID)
+	if cg.usageFile == "" {
+		b.Log("the container's cgroup is not where a local engine puts it: no CPU figures")
+	}
 
 	var restore, untar, hostCPU, boxCPU, throttled, untarCPU time.Duration
 	b.ResetTimer()
@@ -106,18 +111,23 @@ func BenchmarkTarInContainer(b *testing.B) {
 	b.ReportMetric(ms(untar), "tar-x-ms")
 	b.ReportMetric(float64(restore)/float64(untar), "restore/tar-x")
 	b.ReportMetric(ms(hostCPU), "host-cpu-ms")
-	b.ReportMetric(ms(boxCPU), "container-cpu-ms")
-	b.ReportMetric(ms(throttled), "throttled-ms")
-	b.ReportMetric(ms(untarCPU), "tar-x-container-cpu-ms")
+	if cg.usageFile != "" {
+		b.ReportMetric(ms(boxCPU), "container-cpu-ms")
+		b.ReportMetric(ms(throttled), "throttled-ms")
+		b.ReportMetric(ms(untarCPU), "tar-x-container-cpu-ms")
+	}
 }
 
 // cgroup is a container's CPU accounting (cgroup v1 under docker/, or v2).
 type cgroup struct{ usageFile, statFile string }
 
 func containerCgroup(id string) cgroup {
+	v2 := func(dir string) cgroup { return cgroup{dir + "/cpu.stat", dir + "/cpu.stat"} }
 	for _, c := range []cgroup{
 		{"/sys/fs/cgroup/cpuacct/docker/" + id + "/cpuacct.usage", "/sys/fs/cgroup/cpu/docker/" + id + "/cpu.stat"},
-		{"/sys/fs/cgroup/system.slice/docker-" + id + ".scope/cpu.stat", "/sys/fs/cgroup/system.slice/docker-" + id + ".scope/cpu.stat"},
+		{"/sys/fs/cgroup/cpuacct/system.slice/docker-" + id + ".scope/cpuacct.usage", "/sys/fs/cgroup/cpu/system.slice/docker-" + id + ".scope/cpu.stat"},
+		v2("/sys/fs/cgroup/system.slice/docker-" + id + ".scope"),
+		v2("/sys/fs/cgroup/docker/" + id),
 	} {
 		if _, err := os.Stat(c.usageFile); err == nil {
 			return c

@@ -110,12 +110,14 @@ type Config struct {
 	// Defaults applies to every sandbox.Limits field that is zero in a Spec.
 	Defaults sandbox.Limits
 
-	Pool         []pool.Size
-	PoolMax      int
-	PoolFillers  int
-	PoolOwner    string // empty means the host name (a pod's name in a cluster)
-	PoolMaxAge   time.Duration
-	PoolObserver pool.Observer
+	Pool        []pool.Size
+	PoolMax     int
+	PoolFillers int
+	PoolOwner   string // empty means the host name (a pod's name in a cluster)
+	PoolMaxAge  time.Duration
+	// PoolRefillHold: see pool.Config.RefillHold (zero: 1 s; negative: none).
+	PoolRefillHold time.Duration
+	PoolObserver   pool.Observer
 
 	// NoEgressPolicy skips the namespace's default-deny egress NetworkPolicy (when
 	// the operator manages policies).
@@ -210,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		defaults: sandbox.WithDefaults(cfg.Defaults, packageDefaults), agentHash: hash, requests: counter,
 		changed: make(chan struct{}), stop: make(chan struct{}), transport: cfg.Transport,
 		pool: pool.New(pool.Config{Sizes: cfg.Pool, Max: cfg.PoolMax, Fillers: cfg.PoolFillers, Owner: cfg.PoolOwner,
-			MaxAge: cfg.PoolMaxAge, Observer: cfg.PoolObserver, Log: log}),
+			MaxAge: cfg.PoolMaxAge, RefillHold: cfg.PoolRefillHold, Observer: cfg.PoolObserver, Log: log}),
 	}
 	if err := d.ensureNamespace(ctx); err != nil {
 		return nil, err

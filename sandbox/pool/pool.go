@@ -437,22 +437,25 @@ func (p *Pool) holdLeft(now time.Time) time.Duration {
 	if t == 0 {
 		return 0
 	}
-	return max(0, time.Unix(0, t).Add(p.hold).Sub(now))
+	// At most the hold, whatever the wall clock did since the take.
+	return min(p.hold, max(0, time.Unix(0, t).Add(p.hold).Sub(now)))
 }
 
-// waitHold waits out the refill's hold, or until ctx ends (its error).
+// waitHold waits until the hold after the last take is over (a take while it waits
+// holds it again), or until ctx ends (its error).
 func (p *Pool) waitHold(ctx context.Context) error {
-	w := p.holdLeft(time.Now())
-	if w <= 0 {
-		return nil
-	}
-	t := time.NewTimer(w)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+	for {
+		w := p.holdLeft(time.Now())
+		if w <= 0 {
+			return nil
+		}
+		t := time.NewTimer(w)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/cwsdev/cws/sandbox/agent"
+	"github.com/cwsdev/cws/sandbox/agent/server/cpulimit"
 	"github.com/cwsdev/cws/sandbox/agent/server/fs"
 	"golang.org/x/sys/unix"
 )
@@ -41,9 +42,11 @@ var restoreWorkers = 4
 // In a one-CPU workspace container (BenchmarkTarInContainer, 20 restores of 2,000
 // files per figure, two rounds) the container's CPU for a restore against `tar -x`'s
 // was 1.30× and 1.14× with one worker, 2.37× and 1.34× with four, 1.73× and 1.57×
-// with the reader writing every file itself.
+// with the reader writing every file itself. The limit is read from the cgroup at
+// each restore: a pooled container takes its tenant's limit at hand-out, moments
+// before a wake restores into it, and GOMAXPROCS follows only within 10 s.
 func workers() int {
-	if runtime.GOMAXPROCS(0) <= 1 {
+	if n := cpulimit.CPUs(); n == 1 || (n == 0 && runtime.GOMAXPROCS(0) <= 1) {
 		return 1
 	}
 	return restoreWorkers
