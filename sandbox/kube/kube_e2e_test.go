@@ -239,8 +239,9 @@ func TestPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The bind is one patch. The refill it wakes waits out the hold after the take, but
-	// a fill of the pool already under way (the second of the two) may land meanwhile.
+	// The bind is one patch. The refill it wakes waits out the hold after the take
+	// (pool.DefaultRefillHold); the bound of 2 leaves room for the pool's own periodic
+	// requests landing meanwhile.
 	if n := d.Requests() - r0; obs.hit.Load() != 1 || n < 1 || n > 2 {
 		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ the refill's create)", obs.hit.Load(), n)
 	}
