@@ -441,21 +441,22 @@ func (p *Pool) holdLeft(now time.Time) time.Duration {
 	return min(p.hold, max(0, time.Unix(0, t).Add(p.hold).Sub(now)))
 }
 
-// waitHold waits until the hold after the last take is over (a take while it waits
-// holds it again), or until ctx ends (its error).
+// waitHold waits out the hold after the last take as it stands when the fill starts,
+// or until ctx ends (its error). It waits once: under a steady stream of takes
+// (sessions created faster than one a second) a hold that a later take extended would
+// never let the pool refill.
 func (p *Pool) waitHold(ctx context.Context) error {
-	for {
-		w := p.holdLeft(time.Now())
-		if w <= 0 {
-			return nil
-		}
-		t := time.NewTimer(w)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
+	w := p.holdLeft(time.Now())
+	if w <= 0 {
+		return nil
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -248,20 +248,22 @@ func TestRefillHold(t *testing.T) {
 		t.Errorf("with the hold off the refill waits %s", w)
 	}
 
-	// A take while a fill waits holds it again; a clock set back holds no longer.
-	fresh := New(Config{Sizes: []Size{{"a", 1}}, RefillHold: hold})
+	// A take while a fill waits does not hold it again (takes faster than one a hold
+	// would starve the pool); a clock set back holds no longer.
+	const long = time.Second // another take at half of it would make 1.5 s
+	fresh := New(Config{Sizes: []Size{{"a", 1}}, RefillHold: long})
 	fresh.taken.Store(time.Now().UnixNano())
 	start := time.Now()
-	time.AfterFunc(hold/2, func() { fresh.taken.Store(time.Now().UnixNano()) })
+	time.AfterFunc(long/2, func() { fresh.taken.Store(time.Now().UnixNano()) })
 	if err := fresh.waitHold(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if waited := time.Since(start); waited < hold*3/2 {
-		t.Errorf("a take halfway through the hold: the fill waited %s, want at least %s", waited, hold*3/2)
+	if waited := time.Since(start); waited < long || waited >= long*3/2 {
+		t.Errorf("a take halfway through the hold: the fill waited %s, want the one hold %s", waited, long)
 	}
 	fresh.taken.Store(time.Now().Add(time.Hour).UnixNano())
-	if w := fresh.holdLeft(time.Now()); w > hold {
-		t.Errorf("a take an hour ahead of the clock: the refill waits %s, want at most %s", w, hold)
+	if w := fresh.holdLeft(time.Now()); w > long {
+		t.Errorf("a take an hour ahead of the clock: the refill waits %s, want at most %s", w, long)
 	}
 
 	p.Take("a", true)
