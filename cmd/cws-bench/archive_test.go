@@ -19,12 +19,15 @@ func TestRestoreLog(t *testing.T) {
 	log.Info("archive restored", "session", "s-1", "sandbox_ready", 80*time.Millisecond, "restore", 1500*time.Millisecond)
 	log.Info("session woke", "took", time.Second)
 	log.Warn("wake failed", "err", "boom")
+	log.Debug("restore: tar.in", "tar_in", time.Second, "store_waited_for_agent", 300*time.Millisecond)
+	log.Debug("agent stream: dialled", "took", time.Millisecond)
 	ready, took, ok := seen.last()
 	if !ok || ready != 80*time.Millisecond || took != 1500*time.Millisecond || seen.count() != 1 {
 		t.Errorf("last = %v, %v, %v (count %d); want 80ms, 1.5s", ready, took, ok, seen.count())
 	}
-	if s := out.String(); !strings.Contains(s, "wake failed") || strings.Contains(s, "session woke") || strings.Contains(s, "archive restored") {
-		t.Errorf("progress got %q: want the warning alone", s)
+	if s := out.String(); !strings.Contains(s, "wake failed") || !strings.Contains(s, "store_waited_for_agent=300ms") ||
+		strings.Contains(s, "session woke") || strings.Contains(s, "archive restored") || strings.Contains(s, "dialled") {
+		t.Errorf("progress got %q: want the warning and the restore's waits alone", s)
 	}
 }
 

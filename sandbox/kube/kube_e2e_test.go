@@ -243,7 +243,7 @@ func TestPool(t *testing.T) {
 	// (pool.DefaultRefillHold); the bound of 2 leaves room for the pool's own periodic
 	// requests landing meanwhile.
 	if n := d.Requests() - r0; obs.hit.Load() != 1 || n < 1 || n > 2 {
-		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ the refill's create)", obs.hit.Load(), n)
+		t.Errorf("create from the pool: %d hits, %d API requests; want 1 hit, and the patch (+ one periodic request)", obs.hit.Load(), n)
 	}
 	// The take holds the refill (pool.DefaultRefillHold): its replacement pod waits
 	// for the wake.

@@ -252,8 +252,8 @@ func TestRefillHold(t *testing.T) {
 	// would starve the pool); a clock set back holds no longer.
 	const long = time.Second // another take at half of it would make 1.5 s
 	fresh := New(Config{Sizes: []Size{{"a", 1}}, RefillHold: long})
-	fresh.taken.Store(time.Now().UnixNano())
 	start := time.Now()
+	fresh.taken.Store(start.UnixNano())
 	time.AfterFunc(long/2, func() { fresh.taken.Store(time.Now().UnixNano()) })
 	if err := fresh.waitHold(t.Context()); err != nil {
 		t.Fatal(err)

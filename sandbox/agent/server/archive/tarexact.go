@@ -34,7 +34,7 @@ import (
 // in the store; a restore cut short is done again).
 
 // restoreWorkers is how many files of an exact archive are written at once, where the
-// agent has more than one CPU (GOMAXPROCS, which it sets from its container's limit).
+// agent has more than one CPU (see workers).
 var restoreWorkers = 4
 
 // workers is how many workers a restore starts: one under a one-CPU limit, where four
