@@ -86,6 +86,24 @@ func (l *lifeEnv) session() *workspace.Session {
 	return s
 }
 
+// archive suspends the session and lets the reaper archive it 25 hours later (past
+// archiveAfter, within its life); it returns the archived session.
+func (l *lifeEnv) archive() *workspace.Session {
+	l.t.Helper()
+	if _, err := l.svc.Suspend(context.Background(), l.caller, l.id); err != nil {
+		l.t.Fatal(err)
+	}
+	l.clock.Add(25 * time.Hour)
+	if _, err := l.svc.Reap(context.Background()); err != nil {
+		l.t.Fatal(err)
+	}
+	sess := l.session()
+	if sess.State != workspace.StateArchived {
+		l.t.Fatalf("the session is %s, want archived", sess.State)
+	}
+	return sess
+}
+
 func (l *lifeEnv) read(path string) string {
 	l.t.Helper()
 	v := l.ok("readFile", map[string]any{"path": path})
@@ -378,16 +396,7 @@ func TestReconcileAfterFlush(t *testing.T) {
 	if _, err := l.svc.Suspend(ctx, l.caller, second.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
-		t.Fatal(err)
-	}
-	l.clock.Add(25 * time.Hour) // past archiveAfter, within the session's life
-	if _, err := l.svc.Reap(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st := l.session().State; st != workspace.StateArchived {
-		t.Fatalf("the first session is %s, want archived", st)
-	}
+	l.archive()
 	// The store forgets everything; a new Service over it reconciles.
 	for _, s := range []string{l.id, second.ID} {
 		_ = l.store.DeleteSession(ctx, testTenant, s)
@@ -522,17 +531,7 @@ func TestWakeFromBrokenArchive(t *testing.T) {
 	ctx := context.Background()
 	l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "first"})
 	l.ok("writeFile", map[string]any{"path": "b.txt", "contents": "second"})
-	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
-		t.Fatal(err)
-	}
-	l.clock.Add(25 * time.Hour)
-	if _, err := l.svc.Reap(ctx); err != nil {
-		t.Fatal(err)
-	}
-	archived := l.session()
-	if archived.State != workspace.StateArchived {
-		t.Fatalf("the session is %s, want archived", archived.State)
-	}
+	archived := l.archive()
 	blobs, _ := filepath.Glob(filepath.Join(l.snapDir, testTenant, "packs", "*", "*"))
 	if len(blobs) == 0 {
 		t.Fatal("no packs in the store")
@@ -640,17 +639,7 @@ func TestWakeFromOldFormatArchive(t *testing.T) {
 	l.ok("writeFile", map[string]any{"path": "src/a.txt", "contents": "first"})
 	l.ok("writeFile", map[string]any{"path": "src/deep/b.txt", "contents": strings.Repeat("b", 70000)})
 	l.ok("writeFile", map[string]any{"path": "empty.txt", "contents": ""})
-	if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
-		t.Fatal(err)
-	}
-	l.clock.Add(25 * time.Hour)
-	if _, err := l.svc.Reap(ctx); err != nil {
-		t.Fatal(err)
-	}
-	archived := l.session()
-	if archived.State != workspace.StateArchived {
-		t.Fatalf("the session is %s, want archived", archived.State)
-	}
+	archived := l.archive()
 	if err := l.snaps.UnpackForTests(ctx, testTenant, archived.Archive); err != nil {
 		t.Fatal(err)
 	}
