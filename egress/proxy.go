@@ -577,11 +577,7 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			// Its head as it came (resp.Write would add a Content-Length a 1xx must not have).
-			var h bytes.Buffer
-			fmt.Fprintf(&h, "HTTP/%d.%d %s\r\n", resp.ProtoMajor, resp.ProtoMinor, resp.Status)
-			_ = resp.Header.Write(&h)
-			h.WriteString("\r\n")
-			if _, err := in.Write(h.Bytes()); err != nil {
+			if _, err := in.Write(head(resp)); err != nil {
 				return false, up
 			}
 			continue
@@ -600,8 +596,13 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 		p.observe(rec)
 		return false, up
 	}
-	werr := resp.Write(in)
-	resp.Body.Close()
+	var werr error
+	if sized(req, resp) {
+		werr = writeSized(conn, in, resp, up)
+	} else {
+		werr = resp.Write(in)
+		resp.Body.Close()
+	}
 	uerr := <-upDone
 	rec.BytesOut, rec.BytesIn = out.n.Load(), in.n.Load()
 	rec.Decision, rec.Took = "allowed", time.Since(start)
@@ -610,6 +611,38 @@ func (p *Proxy) forward(ctx context.Context, conn net.Conn, br *bufio.Reader, re
 		return false, up
 	}
 	return true, up
+}
+
+// sized reports whether resp is an HTTP/1.1 answer with a body of known length, as
+// plain as writeSized passes on: no transfer coding, a body its status and req allow.
+func sized(req *http.Request, resp *http.Response) bool {
+	return resp.ProtoMajor == 1 && resp.ProtoMinor == 1 && resp.ContentLength > 0 &&
+		len(resp.TransferEncoding) == 0 && len(resp.Trailer) == 0 && req.Method != http.MethodHead &&
+		resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified &&
+		resp.Header.Get("Content-Length") == strconv.FormatInt(resp.ContentLength, 10)
+}
+
+// writeSized sends a sized response to the client: its head as it came, then its body
+// straight from the upstream connection (relay: spliced where both are sockets). resp's
+// Body is left unread and must not be closed (closing would read the body again).
+func writeSized(conn net.Conn, in *counter, resp *http.Response, up *upstream) error {
+	if _, err := in.Write(head(resp)); err != nil {
+		return err
+	}
+	n, err := relay(conn, up.br, up.conn, resp.ContentLength, &up.last)
+	in.n.Add(n)
+	return err
+}
+
+// head is resp's status line and header as they came.
+func head(resp *http.Response) []byte {
+	var h bytes.Buffer
+	code := strconv.Itoa(resp.StatusCode)
+	reason := strings.TrimPrefix(strings.TrimPrefix(resp.Status, code), " ")
+	fmt.Fprintf(&h, "HTTP/%d.%d %s %s\r\n", resp.ProtoMajor, resp.ProtoMinor, code, reason)
+	_ = resp.Header.Write(&h)
+	h.WriteString("\r\n")
+	return h.Bytes()
 }
 
 // touchReader records when bytes last came through it.
@@ -692,12 +725,10 @@ func (c *counter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // pipe copies both ways until both are done or nothing moved for IdleTimeout; it
-// returns the bytes sent out (client → remote) and in. gate, if not nil, runs before
-// anything goes out; false ends the connection.
-func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, from io.Reader, gate func() bool) (out, in int64) {
-	if from == nil {
-		from = remote
-	}
+// returns the bytes sent out (client → remote) and in. br reads client; from, if not
+// nil, reads remote. gate, if not nil, runs before anything goes out; false ends the
+// connection.
+func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, from *bufio.Reader, gate func() bool) (out, in int64) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	stop := p.watchdog(&last, client, remote)
@@ -711,10 +742,10 @@ func (p *Proxy) pipe(client net.Conn, br *bufio.Reader, remote net.Conn, from io
 			remote.Close()
 			return
 		}
-		out = copyTouch(remote, br, &last)
+		out, _ = relay(remote, br, client, -1, &last)
 		closeWrite(remote)
 	}()
-	in = copyTouch(client, from, &last)
+	in, _ = relay(client, from, remote, -1, &last)
 	closeWrite(client)
 	wg.Wait()
 	return out, in
@@ -744,25 +775,6 @@ func (p *Proxy) watchdog(last *atomic.Int64, conns ...net.Conn) func() {
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { close(stop) }) }
-}
-
-func copyTouch(dst io.Writer, src io.Reader, last *atomic.Int64) int64 {
-	buf := make([]byte, 256<<10)
-	var n int64
-	for {
-		r, err := src.Read(buf)
-		if r > 0 {
-			last.Store(time.Now().UnixNano())
-			w, werr := dst.Write(buf[:r])
-			n += int64(w)
-			if werr != nil {
-				return n
-			}
-		}
-		if err != nil {
-			return n
-		}
-	}
 }
 
 // closeWrite half-closes c where it can (TCP, a yamux stream's Close), else closes it.
