@@ -190,7 +190,7 @@ func benchLifecycle(ctx context.Context, e *env) ([]bench.Row, error) {
 		stored = snap.Stored
 	}
 	rows = append(rows, note(bench.Summarize("snapshot 100 MB / 5,000 files", first), "the first: every file hashed, compressed and written"),
-		note(bench.Summarize("snapshot again, one file changed", again), "unchanged files sent by the agent as references to their contents, the changed one whole (files written within 2 s of the snapshot before are sent whole: the first of these)"),
+		note(bench.Summarize("snapshot again, one file changed", again), "unchanged files sent by the agent as references to their contents, the changed one whole (files written within 2 s of the snapshot before are read and hashed again in the agent: the first of these)"),
 		bench.Row{Name: "stored by the second snapshot", N: 1, Bytes: stored, Note: fmt.Sprintf("%d bytes: the changed file and the entry list", stored)})
 	var fork []time.Duration
 	for i := range e.iterations(2) {

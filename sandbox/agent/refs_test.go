@@ -115,7 +115,7 @@ func TestCaptureRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, _, refs, err := capture(t, ctx, src, store, known)
+	snap, known, refs, err := capture(t, ctx, src, store, known)
 	_ = syscall.Munmap(mem)
 	if err != nil {
 		t.Fatal(err)

@@ -225,12 +225,17 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 			if c.mapped[st.Ino] {
 				c.h.sums.drop(stamp.id)
 				stamp = sumStamp{} // its times may not show its writes
-			} else if sum, ok := c.h.sums.get(stamp); ok && c.a.Refs {
-				if hdr.PAXRecords == nil {
-					hdr.PAXRecords = map[string]string{}
+			} else if known, ok := c.h.sums.get(stamp); ok && c.a.Refs {
+				if ref, err = c.trust(f, hdr.Size, stamp, known); err != nil {
+					return c.fail(name, err)
 				}
-				hdr.PAXRecords[agent.TarRef], hdr.PAXRecords[agent.TarRefSize] = sum, strconv.FormatInt(hdr.Size, 10)
-				hdr.Size, ref = 0, true
+				if ref {
+					if hdr.PAXRecords == nil {
+						hdr.PAXRecords = map[string]string{}
+					}
+					hdr.PAXRecords[agent.TarRef], hdr.PAXRecords[agent.TarRefSize] = known.sum, strconv.FormatInt(hdr.Size, 10)
+					hdr.Size = 0
+				}
 			}
 		}
 	}
@@ -276,7 +281,7 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		c.res.Files++
 		c.res.Bytes += hdr.Size
 		if sum != nil {
-			c.remember(stamp, sum)
+			c.remember(stamp, hex.EncodeToString(sum.Sum(nil)))
 		}
 	case fi.Mode().IsRegular():
 		var sum hash.Hash
@@ -298,26 +303,50 @@ func (c *capture) entry(e iofs.DirEntry, real, name string) error {
 		c.res.Files++
 		c.res.Bytes += n
 		if sum != nil {
-			c.remember(stamp, sum)
+			c.remember(stamp, hex.EncodeToString(sum.Sum(nil)))
 		}
 	}
 	return nil
 }
 
-// remember keeps the SHA-256 of a file just sent whole, for the next capture's Refs,
-// unless it changed within the last seconds: a file system's timestamps are as coarse
-// as its clock tick, so a write right after the read could leave them as they were
-// (git's "racily clean" entries).
-func (c *capture) remember(st sumStamp, sum hash.Hash) {
-	recent := c.now.Add(-racyWindow).UnixNano()
-	if st.id == (fileID{}) || st.mtime >= recent || st.ctime >= recent {
+// remember keeps the SHA-256 of a file just read whole, for the next capture's Refs.
+// A file that changed within racyWindow of the capture is kept as racy: a file
+// system's timestamps are as coarse as its clock tick, so a write right after the read
+// could leave them as they were (git's "racily clean" entries), and the next capture
+// reads such a file again to check its sum before it sends a reference (trust).
+func (c *capture) remember(st sumStamp, sum string) {
+	if st.id == (fileID{}) {
 		return
 	}
-	c.h.sums.put(st, hex.EncodeToString(sum.Sum(nil)))
+	recent := c.now.Add(-racyWindow).UnixNano()
+	c.h.sums.put(sumCached{st: st, sum: sum, racy: st.mtime >= recent || st.ctime >= recent})
+}
+
+// trust says whether f (of size bytes, stamped st) may go as a reference to known's
+// sum. A racy sum is checked: f is read and hashed here (no bytes leave the agent), and
+// rewound for the copy that follows if it differs. A sum that checks is remembered
+// again, racy or not as of this capture.
+func (c *capture) trust(f *os.File, size int64, st sumStamp, known sumCached) (bool, error) {
+	if !known.racy {
+		return true, nil
+	}
+	if st.sparse != "" || f == nil {
+		return false, nil
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, size))
+	if err == nil && n == size && hex.EncodeToString(h.Sum(nil)) == known.sum {
+		c.remember(st, known.sum)
+		return true, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return false, err // the copy that follows would start mid-file
+	}
+	return false, nil
 }
 
 // racyWindow is how long before a capture a file must have last changed for its sum to
-// be trusted next time.
+// be trusted next time without reading the file again.
 const racyWindow = 2 * time.Second
 
 // sumStamp is what identifies a file's contents without reading them.
@@ -336,21 +365,22 @@ type sumCache struct {
 }
 
 type sumCached struct {
-	st  sumStamp
-	sum string
+	st   sumStamp
+	sum  string
+	racy bool // the file changed within racyWindow of the capture that read it
 }
 
 // maxSums bounds the cache (a workspace holds at most agent.MaxTarEntries entries).
 const maxSums = agent.MaxTarEntries
 
-func (s *sumCache) get(st sumStamp) (string, bool) {
+func (s *sumCache) get(st sumStamp) (sumCached, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.m[st.id]
 	if !ok || c.st != st {
-		return "", false
+		return sumCached{}, false
 	}
-	return c.sum, true
+	return c, true
 }
 
 func (s *sumCache) drop(id fileID) {
@@ -359,13 +389,13 @@ func (s *sumCache) drop(id fileID) {
 	delete(s.m, id)
 }
 
-func (s *sumCache) put(st sumStamp, sum string) {
+func (s *sumCache) put(c sumCached) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil || len(s.m) >= maxSums {
 		s.m = map[fileID]sumCached{}
 	}
-	s.m[st.id] = sumCached{st, sum}
+	s.m[c.st.id] = c
 }
 
 // open opens a regular file for the archive and stats what it opened. A file that
