@@ -22,6 +22,9 @@ func (c *Client) Stat(ctx context.Context, a StatArgs) (FileInfo, error) {
 
 // ReadTo streams a file (or a range of it) into w.
 func (c *Client) ReadTo(ctx context.Context, a ReadArgs, w io.Writer) (ReadResult, error) {
+	if r, ok, err := c.readLocal(ctx, a, w); ok {
+		return r, err
+	}
 	var r ReadResult
 	err := c.Call(ctx, OpRead, a, nil, dataTo(w), &r)
 	return r, err

@@ -45,6 +45,13 @@ type Local interface {
 	Close() error
 }
 
+// LocalReader is a Local that also answers a read as a Go call: the arguments and
+// result as they are, the data written to w, no frames encoded and decoded. ok false,
+// with nothing written: the read must go to the agent, as with Answer.
+type LocalReader interface {
+	ReadLocal(ctx context.Context, a ReadArgs, w io.Writer) (res ReadResult, ok bool, err error)
+}
+
 // LocalOpener makes a Local from the workspace root the agent sent, checked against
 // target. It takes ownership of root.
 type LocalOpener func(root *os.File, target LocalTarget) (Local, error)
@@ -142,6 +149,26 @@ func CheckRoot(root *os.File, t LocalTarget) error {
 		return fmt.Errorf("the directory the agent sent (device %d, inode %d) is not the workspace (device %d, inode %d)", st.Dev, st.Ino, t.Dev, t.Ino)
 	}
 	return nil
+}
+
+// readLocal answers a read with a LocalReader when there is one and it can (ok false:
+// send it to the agent). Its error is what the agent's answer would have been.
+func (c *Client) readLocal(ctx context.Context, a ReadArgs, w io.Writer) (res ReadResult, ok bool, err error) {
+	if c.localOpen == nil {
+		return res, false, nil
+	}
+	if _, err := c.session(ctx); err != nil { // a first call connects, and may bring the root
+		return res, true, err
+	}
+	c.mu.Lock()
+	lr, _ := c.local.(LocalReader)
+	c.mu.Unlock()
+	if lr == nil {
+		return res, false, nil
+	}
+	ctx, cancel := withCallTimeout(ctx, OpRead, callTimeout(OpRead, a))
+	defer cancel()
+	return lr.ReadLocal(ctx, a, w)
 }
 
 // callLocal answers a call with Local when it can (ok false: send it to the agent).

@@ -3,8 +3,10 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -54,6 +56,27 @@ func (l countingLocal) Answer(ctx context.Context, h *agent.Header, body []byte,
 	return ok
 }
 
+// ReadLocal counts the reads the Local answered as Go calls (agent.LocalReader).
+func (l countingLocal) ReadLocal(ctx context.Context, a agent.ReadArgs, w io.Writer) (agent.ReadResult, bool, error) {
+	lr, ok := l.Local.(agent.LocalReader)
+	if !ok {
+		return agent.ReadResult{}, false, nil
+	}
+	r, ok, err := lr.ReadLocal(ctx, a, w)
+	if ok {
+		l.n.Add(1)
+	}
+	return r, ok, err
+}
+
+// framesLocal is a Local that answers reads only in frames (Answer), as a Local that
+// is no agent.LocalReader does.
+type framesLocal struct{ countingLocal }
+
+func (framesLocal) ReadLocal(context.Context, agent.ReadArgs, io.Writer) (agent.ReadResult, bool, error) {
+	return agent.ReadResult{}, false, nil
+}
+
 // socketAgent serves an agent on a real unix socket and returns a client with local
 // reads, the workspace, and the count of calls answered locally. The client's target
 // is the workspace (or, with wrongTarget, another directory).
@@ -64,12 +87,29 @@ func socketAgent(t testing.TB, wrongTarget bool) (*agent.Client, string, *atomic
 	if wrongTarget {
 		target = targetOf(t, t.TempDir())
 	}
+	sock := serveUnixAgent(t, dir)
+	c, n := socketClient(t, sock, target, "typed")
+	return c, dir, n
+}
+
+// serveUnixAgent serves an agent of dir on a unix socket, whose path it returns.
+func serveUnixAgent(t testing.TB, dir string) string {
+	t.Helper()
 	srv, err := server.New(server.Config{Root: dir, Version: "test"})
 	must(t, err)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.Listen("unix", sock)
 	must(t, err)
 	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { l.Close(); srv.Close() })
+	return sock
+}
+
+// socketClient is a client of the agent at sock whose reads go: "typed", answered
+// locally as Go calls where they can; "frames", answered locally in frames; "agent",
+// to the agent. The count is of the calls answered locally.
+func socketClient(t testing.TB, sock string, target agent.LocalTarget, reads string) (*agent.Client, *atomic.Int64) {
+	t.Helper()
 	var n atomic.Int64
 	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
 		var d net.Dialer
@@ -79,15 +119,21 @@ func socketAgent(t testing.TB, wrongTarget bool) (*agent.Client, string, *atomic
 		}
 		return unixConn{c, c.(*net.UnixConn), target}, nil
 	}
-	c := agent.NewClient(dial, "test", nil).WithLocal(func(root *os.File, target agent.LocalTarget) (agent.Local, error) {
-		lo, err := server.OpenLocal(root, target)
-		if err != nil {
-			return nil, err
-		}
-		return countingLocal{lo, &n}, nil
-	})
-	t.Cleanup(func() { c.Close(); l.Close(); srv.Close() })
-	return c, dir, &n
+	c := agent.NewClient(dial, "test", nil)
+	if reads != "agent" {
+		c.WithLocal(func(root *os.File, target agent.LocalTarget) (agent.Local, error) {
+			lo, err := server.OpenLocal(root, target)
+			if err != nil {
+				return nil, err
+			}
+			if reads == "frames" {
+				return framesLocal{countingLocal{lo, &n}}, nil
+			}
+			return countingLocal{lo, &n}, nil
+		})
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, &n
 }
 
 func requireRoot(t testing.TB) {
@@ -355,20 +401,136 @@ func TestLocalReadsNonRoot(t *testing.T) {
 }
 
 // BenchmarkLocalRead4K is one 4 KiB read answered in the host's process (local
-// reads): the identity switch, the read, and its frames; no agent round trip.
+// reads): the identity switch and the read, as a Go call ("typed") or in frames
+// encoded and decoded ("frames"); beside it, the same read from the agent.
 //
 //	go test ./sandbox/agent -run '^$' -bench LocalRead4K -benchmem
 func BenchmarkLocalRead4K(b *testing.B) {
 	requireRoot(b)
-	c, dir, local := socketAgent(b, false)
+	dir := b.TempDir()
 	must(b, os.WriteFile(filepath.Join(dir, "f4k"), bytes.Repeat([]byte("0123456789abcdef"), 256), 0o644))
-	ctx := b.Context()
-	for b.Loop() {
-		if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "f4k", MaxSize: 10 << 20}); err != nil || len(got) != 4096 {
-			b.Fatalf("read: %d bytes, %v", len(got), err)
+	sock := serveUnixAgent(b, dir)
+	for _, reads := range []string{"typed", "frames", "agent"} {
+		b.Run(reads, func(b *testing.B) {
+			c, local := socketClient(b, sock, targetOf(b, dir), reads)
+			ctx := b.Context()
+			for b.Loop() {
+				if got, _, err := c.ReadFile(ctx, agent.ReadArgs{Path: "f4k", MaxSize: 10 << 20}); err != nil || len(got) != 4096 {
+					b.Fatalf("read: %d bytes, %v", len(got), err)
+				}
+			}
+			if (local.Load() == 0) != (reads == "agent") {
+				b.Fatalf("%d reads answered locally", local.Load())
+			}
+		})
+	}
+}
+
+// TestLocalReadPathsAgree: a read answered locally as a Go call, the same read answered
+// locally in frames, and the same read sent to the agent give the same data, the same
+// result and the same error, for files of every kind and reads of every shape.
+func TestLocalReadPathsAgree(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	must(t, os.Chmod(dir, 0o755))
+	rng := rand.New(rand.NewPCG(3, 1))
+	bin := make([]byte, 300<<10)
+	for i := range bin {
+		bin[i] = byte(rng.Uint32())
+	}
+	files := map[string][]byte{
+		"empty":               nil,
+		"a.txt":               []byte("alpha\nbeta\n"),
+		"bin.dat":             bin,
+		"big.txt":             bytes.Repeat([]byte("0123456789abcdef\n"), 90000), // over a chunk
+		"odd name ü\t.txt":    []byte("odd"),
+		"bad-utf8.txt":        []byte("caf\xe9 \xff\xfe"),
+		"sub/deep/nested.txt": []byte("deep"),
+		".env":                []byte("SECRET=1\n"),
+		".cws-policy.json":    []byte(`{}`),
+		"nul.txt":             []byte("a\x00b"),
+	}
+	for name, b := range files {
+		must(t, os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	must(t, os.Link(filepath.Join(dir, ".env"), filepath.Join(dir, "alias.txt")))
+	must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "out")))
+	must(t, os.Symlink("a.txt", filepath.Join(dir, "in")))
+	must(t, os.Symlink("missing", filepath.Join(dir, "dangling")))
+	must(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "private"), []byte("root only"), 0o600))
+	must(t, os.Chown(filepath.Join(dir, "private"), 0, 0))
+
+	sock := serveUnixAgent(t, dir)
+	ctx := ctxT(t)
+	// As the agent's own identity (root here), and as another one: there a file only
+	// root may read is refused to the local read, which hands it to the agent.
+	for _, uid := range []int{os.Getuid(), 65534} {
+		target := targetOf(t, dir)
+		target.UID, target.GID = uid, uid
+		readPathsAgree(t, ctx, sock, target)
+	}
+}
+
+func readPathsAgree(t *testing.T, ctx context.Context, sock string, target agent.LocalTarget) {
+	typed, typedN := socketClient(t, sock, target, "typed")
+	frames, framesN := socketClient(t, sock, target, "frames")
+	remote, _ := socketClient(t, sock, target, "agent")
+
+	paths := []string{"empty", "a.txt", "bin.dat", "big.txt", "odd name ü\t.txt", "bad-utf8.txt", "sub/deep/nested.txt",
+		".env", ".cws-policy.json", "nul.txt", "alias.txt", "out", "in", "dangling", "fifo", "private", "sub", "sub/deep",
+		"missing.txt", "../etc/passwd", "/etc/passwd", "sub/../a.txt", "", ".", "a.txt/x", "sub//deep/nested.txt"}
+	guards := []*guard.Guard{nil, {Deny: []string{".env"}}, {Allow: [][]string{{"sub/**"}}}, {Allow: [][]string{{}}}}
+	shapes := []agent.ReadArgs{
+		{MaxSize: 10 << 20},
+		{MaxSize: 10 << 20, Hash: true},
+		{MaxSize: 5},
+		{Length: 7, Offset: 3},
+		{Length: 1 << 20, Offset: 100000, Hash: true},
+		{Offset: 1 << 30, MaxSize: 10 << 20},
+		{Offset: -1, MaxSize: 10 << 20},
+		{Length: -1, MaxSize: 10 << 20},
+	}
+	type answer struct {
+		Data   []byte
+		Result agent.ReadResult
+		Err    *agent.WireError
+		Other  string
+	}
+	read := func(c *agent.Client, a agent.ReadArgs) answer {
+		var buf bytes.Buffer
+		r, err := c.ReadTo(ctx, a, &buf)
+		ans := answer{Data: buf.Bytes(), Result: r}
+		if err != nil {
+			if !errors.As(err, &ans.Err) {
+				ans.Other = err.Error()
+			}
+			ans.Data = nil // what came before an error is not the answer
+		}
+		return ans
+	}
+	cases := 0
+	for _, p := range paths {
+		for _, g := range guards {
+			for _, shape := range shapes {
+				a := shape
+				a.Path, a.Guard = p, g
+				want := read(remote, a)
+				for name, c := range map[string]*agent.Client{"typed": typed, "frames": frames} {
+					got := read(c, a)
+					wj, _ := json.Marshal(want)
+					gj, _ := json.Marshal(got)
+					if !bytes.Equal(wj, gj) {
+						t.Errorf("read %+v (guard %+v):\n%s: %.400s\nagent: %.400s", a, g, name, gj, wj)
+					}
+				}
+				cases++
+			}
 		}
 	}
-	if local.Load() == 0 {
-		b.Fatal("the reads went to the agent")
+	if typedN.Load() == 0 || framesN.Load() == 0 {
+		t.Fatalf("answered locally: %d as Go calls, %d in frames, of %d reads each: the local paths were not taken", typedN.Load(), framesN.Load(), cases)
 	}
+	t.Logf("uid %d: %d reads, %d answered locally as Go calls, %d in frames", target.UID, cases, typedN.Load(), framesN.Load())
 }

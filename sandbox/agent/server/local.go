@@ -138,6 +138,43 @@ func (l *local) Answer(ctx context.Context, h *agent.Header, body []byte, w io.W
 	return true
 }
 
+// ReadLocal implements agent.LocalReader: Answer's read, with no frames between the
+// read and its caller. The data is gathered as the workspace's user and written to w
+// once the thread is cws's again, as Answer does.
+func (l *local) ReadLocal(ctx context.Context, a agent.ReadArgs, w io.Writer) (agent.ReadResult, bool, error) {
+	if !bounded(a) || !l.enter() {
+		return agent.ReadResult{}, false, nil
+	}
+	defer l.leave()
+	var data heldData
+	var res any
+	var err error
+	if !asIdentity(l.uid, l.gid, func() { res, err = l.s.files.ReadDecoded(ctx, a, &data) }) {
+		return agent.ReadResult{}, false, nil
+	}
+	if errors.Is(err, iofs.ErrPermission) && len(data) == 0 {
+		return agent.ReadResult{}, false, nil // refused to the workspace's user as cws opens: the agent is the judge
+	}
+	if len(data) > 0 {
+		if _, werr := w.Write(data); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return agent.ReadResult{}, true, wireError(err)
+	}
+	r, _ := res.(agent.ReadResult)
+	return r, true, nil
+}
+
+// heldData gathers a local read's data.
+type heldData []byte
+
+func (d *heldData) Hold(_ string, p []byte) error {
+	*d = append(*d, p...)
+	return nil
+}
+
 // boundedRead decodes a read's arguments and says whether it asks for at most
 // localMax bytes.
 func boundedRead(args json.RawMessage) (agent.ReadArgs, bool) {
@@ -145,7 +182,12 @@ func boundedRead(args json.RawMessage) (agent.ReadArgs, bool) {
 	if json.Unmarshal(args, &a) != nil {
 		return a, false
 	}
-	return a, (a.MaxSize > 0 && a.MaxSize <= localMax) || (a.Length > 0 && a.Length <= localMax)
+	return a, bounded(a)
+}
+
+// bounded says whether a read asks for at most localMax bytes.
+func bounded(a agent.ReadArgs) bool {
+	return (a.MaxSize > 0 && a.MaxSize <= localMax) || (a.Length > 0 && a.Length <= localMax)
 }
 
 // The identity switch. A thread's credentials are its own under Linux (the raw

@@ -79,9 +79,14 @@ func (h *Handlers) Read(ctx context.Context, args json.RawMessage, _ []byte, r *
 	return h.ReadDecoded(ctx, a, r)
 }
 
-// ReadDecoded is Read of arguments already decoded: cws's local reads decode them
-// once, to see whether the read is bounded, and go on with them.
-func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r *op.Responder) (any, error) {
+// Holder takes a read's data (op.Responder's Hold, or a local read's buffer).
+type Holder interface {
+	Hold(ev string, data []byte) error
+}
+
+// ReadDecoded is Read of arguments already decoded (cws's local reads have them as
+// they were asked); the data goes to r. Its result is an agent.ReadResult.
+func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) (any, error) {
 	if a.Offset < 0 || a.Length < 0 {
 		return nil, agent.Errorf(agent.CodeInvalid, a.Path, "offset and length must not be negative")
 	}
