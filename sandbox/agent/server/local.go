@@ -235,20 +235,20 @@ func identityCheck() error {
 }
 
 // takeIdentity drops this thread's supplementary groups and sets its fsgid and fsuid.
-// ok says whether all took (setfs*id return the previous value; asking again returns
-// the current one); restore puts back what was changed and says whether it could.
+// ok says whether all took (setfs*id return the previous value; asked for id -1, which
+// changes nothing and costs no new credentials, they return the current one); restore
+// puts back what was changed and says whether it could.
 func takeIdentity(uid, gid int) (ok bool, restore func() bool) {
 	if unix.Setgroups(nil) != nil {
 		return false, func() bool { return true } // nothing changed
 	}
 	restore = restoreIdentity
 	_, _ = unix.SetfsgidRetGid(gid)
-	if cur, _ := unix.SetfsgidRetGid(gid); cur != gid {
+	if currentFSGID() != gid {
 		return false, restore
 	}
 	_, _ = unix.SetfsuidRetUid(uid)
-	cur, _ := unix.SetfsuidRetUid(uid)
-	return cur == uid, restore
+	return currentFSUID() == uid, restore
 }
 
 // restoreIdentity puts the process's own file-system identity and groups back on this
@@ -257,10 +257,13 @@ func restoreIdentity() bool {
 	uid, gid := identity.uid, identity.gid
 	_, _ = unix.SetfsuidRetUid(uid)
 	_, _ = unix.SetfsgidRetGid(gid)
-	cu, _ := unix.SetfsuidRetUid(uid)
-	cg, _ := unix.SetfsgidRetGid(gid)
-	return cu == uid && cg == gid && unix.Setgroups(identity.groups) == nil
+	return currentFSUID() == uid && currentFSGID() == gid && unix.Setgroups(identity.groups) == nil
 }
+
+// currentFSUID and currentFSGID read this thread's fsuid and fsgid: setfs*id of an
+// invalid id ((uid_t)-1) returns the current one and changes nothing.
+func currentFSUID() int { cur, _ := unix.SetfsuidRetUid(-1); return cur }
+func currentFSGID() int { cur, _ := unix.SetfsgidRetGid(-1); return cur }
 
 // asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
 func asIdentity(uid, gid int, fn func()) bool {

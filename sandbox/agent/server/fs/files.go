@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -57,10 +58,8 @@ func (h *Handlers) Stat(ctx context.Context, args json.RawMessage, _ []byte, _ *
 // isBinary reports whether a file's first bytes look binary: a NUL byte, or bytes that
 // are not UTF-8 (ignoring a rune cut at the end of the sample).
 func isBinary(head []byte) bool {
-	for i := range head {
-		if head[i] == 0 {
-			return true
-		}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return true
 	}
 	for cut := 0; cut < utf8.UTFMax && cut <= len(head); cut++ {
 		if utf8.Valid(head[:len(head)-cut]) {
