@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"context"
 	"fmt"
 	"os"
@@ -21,6 +22,7 @@ import (
 // every hop of a call (cws, the agent, the launcher, the program) is a wake-up that
 // waits its turn for a core. Figures only; a reading the kernel lacks is left out.
 type cpuWait struct {
+	speed     time.Duration // calibrate's figure at the start
 	start     time.Time
 	stall     time.Duration // /proc/pressure/cpu some total at the start
 	stallOK   bool
@@ -34,7 +36,8 @@ type throttle struct {
 
 // watchCPU starts recording, for the containers of sandboxes (Docker container IDs).
 func watchCPU(sandboxes ...string) *cpuWait {
-	w := &cpuWait{start: time.Now(), throttled: map[string]throttle{}}
+	speed := calibrate()
+	w := &cpuWait{speed: speed, start: time.Now(), throttled: map[string]throttle{}}
 	w.stall, w.stallOK = cpuStall()
 	for _, id := range sandboxes {
 		if t, ok := cgroupThrottle(id); ok {
@@ -63,7 +66,38 @@ func (w *cpuWait) note() string {
 	if len(w.throttled) > 0 {
 		parts = append(parts, fmt.Sprintf("sandboxes throttled by their CPU quota in %d of %d periods (%s)", sum.throttled, sum.periods, sum.time.Round(time.Millisecond)))
 	}
+	if w.speed > 0 {
+		parts = append(parts, fmt.Sprintf("calibration %s (a fixed CPU task just before: the machine's own speed then)", bench.Format(w.speed)))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// calibrate times a fixed piece of work, the same in every run (map updates that miss
+// the caches, and SHA-256), and returns the fastest of three: on a shared virtual
+// machine it moves with what the neighbours do to the caches and memory, which no
+// stall or steal counter shows, and so says how fast the machine itself was when a
+// figure was taken.
+func calibrate() time.Duration {
+	const keys = 1 << 18
+	buf := make([]byte, 2<<20)
+	best := time.Duration(0)
+	for range 3 {
+		m := make(map[uint32]uint32, keys)
+		x := uint32(2463534242)
+		start := time.Now()
+		for range 400_000 {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			m[x%keys] += x
+		}
+		sum := sha256.Sum256(buf)
+		buf[0] = sum[0]
+		if d := time.Since(start); best == 0 || d < best {
+			best = d
+		}
+	}
+	return best
 }
 
 // cpuStall is the total time some runnable task waited for a CPU, since boot.

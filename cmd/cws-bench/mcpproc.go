@@ -50,8 +50,8 @@ func init() {
 		Run:   benchMCPProc,
 	})
 	goals = append(goals,
-		goal{Order: 12, Figure: "throughput, 50 sessions, cws in its own process (embedded store)", Row: procRow("embedded", "/mcp"), MinRate: 3500},
-		goal{Order: 13, Figure: "throughput, 50 sessions, cws in its own process (Redis)", Row: procRow("redis", "/mcp"), MinRate: 3500},
+		goal{Order: 12, Figure: "throughput, 50 sessions, cws in its own process (embedded store)", Row: procRow("embedded", "/mcp"), MinRate: 10000},
+		goal{Order: 13, Figure: "throughput, 50 sessions, cws in its own process (Redis)", Row: procRow("redis", "/mcp"), MinRate: 10000},
 	)
 }
 
