@@ -626,6 +626,12 @@ func sized(req *http.Request, resp *http.Response) bool {
 // straight from the upstream connection (relay: spliced where both are sockets). resp's
 // Body is left unread and must not be closed (closing would read the body again).
 func writeSized(conn net.Conn, in *counter, resp *http.Response, up *upstream) error {
+	if resp.Close && resp.Header.Get("Connection") == "" {
+		// http.ReadResponse took the origin's "Connection: close" out of the header
+		// and set Close: the client must hear it, or it would send its next request
+		// on a connection about to end (resp.Write puts it back the same way).
+		resp.Header.Set("Connection", "close")
+	}
 	if _, err := in.Write(head(resp)); err != nil {
 		return err
 	}

@@ -22,11 +22,14 @@ func (c *Client) Stat(ctx context.Context, a StatArgs) (FileInfo, error) {
 
 // ReadTo streams a file (or a range of it) into w.
 func (c *Client) ReadTo(ctx context.Context, a ReadArgs, w io.Writer) (ReadResult, error) {
-	if r, ok, err := c.readLocal(ctx, a, w); ok {
+	r, ok, tried, err := c.readLocal(ctx, a, w)
+	if ok {
 		return r, err
 	}
-	var r ReadResult
-	err := c.Call(ctx, OpRead, a, nil, dataTo(w), &r)
+	if tried {
+		ctx = context.WithValue(ctx, agentOnly{}, true)
+	}
+	err = c.Call(ctx, OpRead, a, nil, dataTo(w), &r)
 	return r, err
 }
 

@@ -377,7 +377,7 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 	ctx, cancel := withCallTimeout(ctx, op, callTimeout(op, args))
 	defer cancel()
 	req := &Header{Op: op, Args: raw}
-	if localOp(op) {
+	if localOp(op) && ctx.Value(agentOnly{}) == nil {
 		if _, err := c.session(ctx); err != nil { // a first call connects, and may bring the root
 			return err // as do would: not a broken stream, nothing to retry
 		}

@@ -152,24 +152,30 @@ func CheckRoot(root *os.File, t LocalTarget) error {
 }
 
 // readLocal answers a read with a LocalReader when there is one and it can (ok false:
-// send it to the agent). Its error is what the agent's answer would have been.
-func (c *Client) readLocal(ctx context.Context, a ReadArgs, w io.Writer) (res ReadResult, ok bool, err error) {
+// send it to the agent; tried: the LocalReader declined it, and so would Answer). Its
+// error is what the agent's answer would have been.
+func (c *Client) readLocal(ctx context.Context, a ReadArgs, w io.Writer) (res ReadResult, ok, tried bool, err error) {
 	if c.localOpen == nil {
-		return res, false, nil
+		return res, false, false, nil
 	}
 	if _, err := c.session(ctx); err != nil { // a first call connects, and may bring the root
-		return res, true, err
+		return res, true, false, err
 	}
 	c.mu.Lock()
 	lr, _ := c.local.(LocalReader)
 	c.mu.Unlock()
 	if lr == nil {
-		return res, false, nil
+		return res, false, false, nil
 	}
 	ctx, cancel := withCallTimeout(ctx, OpRead, callTimeout(OpRead, a))
 	defer cancel()
-	return lr.ReadLocal(ctx, a, w)
+	res, ok, err = lr.ReadLocal(ctx, a, w)
+	return res, ok, !ok, err
 }
+
+// agentOnly marks a call's context: it goes to the agent, not to Local (a read the
+// LocalReader declined).
+type agentOnly struct{}
 
 // callLocal answers a call with Local when it can (ok false: send it to the agent).
 func (c *Client) callLocal(ctx context.Context, op string, req *Header, body []byte, onEvent EventFunc, result any) (err error, ok bool) {

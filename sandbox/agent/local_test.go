@@ -70,11 +70,14 @@ func (l countingLocal) ReadLocal(ctx context.Context, a agent.ReadArgs, w io.Wri
 }
 
 // framesLocal is a Local that answers reads only in frames (Answer), as a Local that
-// is no agent.LocalReader does.
-type framesLocal struct{ countingLocal }
+// is no agent.LocalReader does; it counts them.
+type framesLocal struct {
+	agent.Local
+	n *atomic.Int64
+}
 
-func (framesLocal) ReadLocal(context.Context, agent.ReadArgs, io.Writer) (agent.ReadResult, bool, error) {
-	return agent.ReadResult{}, false, nil
+func (l framesLocal) Answer(ctx context.Context, h *agent.Header, body []byte, w io.Writer) bool {
+	return countingLocal{l.Local, l.n}.Answer(ctx, h, body, w)
 }
 
 // socketAgent serves an agent on a real unix socket and returns a client with local
@@ -127,7 +130,7 @@ func socketClient(t testing.TB, sock string, target agent.LocalTarget, reads str
 				return nil, err
 			}
 			if reads == "frames" {
-				return framesLocal{countingLocal{lo, &n}}, nil
+				return framesLocal{lo, &n}, nil
 			}
 			return countingLocal{lo, &n}, nil
 		})
@@ -506,7 +509,6 @@ func readPathsAgree(t *testing.T, ctx context.Context, sock string, target agent
 			if !errors.As(err, &ans.Err) {
 				ans.Other = err.Error()
 			}
-			ans.Data = nil // what came before an error is not the answer
 		}
 		return ans
 	}
@@ -533,4 +535,53 @@ func readPathsAgree(t *testing.T, ctx context.Context, sock string, target agent
 		t.Fatalf("answered locally: %d as Go calls, %d in frames, of %d reads each: the local paths were not taken", typedN.Load(), framesN.Load(), cases)
 	}
 	t.Logf("uid %d: %d reads, %d answered locally as Go calls, %d in frames", target.UID, cases, typedN.Load(), framesN.Load())
+}
+
+// TestReadNeverPastMaxSize: a file that grows between the size check and the read (a
+// process of the workspace writing it) is never read past maxSize, by the agent or
+// by cws's local read: each read gives at most maxSize bytes, or too_large.
+func TestReadNeverPastMaxSize(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	sock := serveUnixAgent(t, dir)
+	name := filepath.Join(dir, "grows")
+	must(t, os.WriteFile(name, []byte("x"), 0o644))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 1 byte, then 1 MiB, as fast as it goes
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			size := int64(1)
+			if i%2 == 1 {
+				size = 1 << 20
+			}
+			_ = os.Truncate(name, size)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	ctx := ctxT(t)
+	const maxSize = 10
+	for _, reads := range []string{"typed", "frames", "agent"} {
+		c, _ := socketClient(t, sock, targetOf(t, dir), reads)
+		tooLarge := 0
+		for range 1500 {
+			var buf bytes.Buffer
+			_, err := c.ReadTo(ctx, agent.ReadArgs{Path: "grows", MaxSize: maxSize}, &buf)
+			switch {
+			case errors.Is(err, agent.ErrTooLarge):
+				tooLarge++
+			case err != nil:
+				t.Fatalf("%s: %v", reads, err)
+			case buf.Len() > maxSize:
+				t.Fatalf("%s: a read with maxSize %d gave %d bytes", reads, maxSize, buf.Len())
+			}
+		}
+		t.Logf("%s: 1,500 reads, %d too large", reads, tooLarge)
+	}
 }

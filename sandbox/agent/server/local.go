@@ -242,7 +242,7 @@ func takeIdentity(uid, gid int) (ok bool, restore func() bool) {
 	if unix.Setgroups(nil) != nil {
 		return false, func() bool { return true } // nothing changed
 	}
-	restore = restoreIdentity
+	restore = putBack
 	_, _ = unix.SetfsgidRetGid(gid)
 	if currentFSGID() != gid {
 		return false, restore
@@ -265,7 +265,13 @@ func restoreIdentity() bool {
 func currentFSUID() int { cur, _ := unix.SetfsuidRetUid(-1); return cur }
 func currentFSGID() int { cur, _ := unix.SetfsgidRetGid(-1); return cur }
 
+// putBack is restoreIdentity; tests make it fail.
+var putBack = restoreIdentity
+
 // asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
+// Should cws's own identity not come back, the goroutine ends there (runtime.Goexit,
+// its deferred calls run) with the thread locked to it, so the thread ends too and no
+// more of cws runs as the workspace's user: the call that asked is lost, nothing else.
 func asIdentity(uid, gid int, fn func()) bool {
 	if identityCheck() != nil {
 		return false
@@ -275,7 +281,10 @@ func asIdentity(uid, gid int, fn func()) bool {
 	defer func() {
 		if restore() {
 			runtime.UnlockOSThread()
+			return
 		}
+		slog.Error("local reads: this thread could not take cws's own identity back; it ends with the call it served")
+		runtime.Goexit()
 	}()
 	if !ok {
 		return false

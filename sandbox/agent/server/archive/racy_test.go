@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/sandbox/agent/server/fs"
@@ -98,6 +99,11 @@ func TestCaptureRacySums(t *testing.T) {
 		}
 		want[name] = b
 	}
+	// Every file is racy however long this machine takes between the writes and the
+	// first capture.
+	saved := racyWindow
+	racyWindow = time.Hour
+	t.Cleanup(func() { racyWindow = saved })
 	ws, err := fs.OpenWorkspace(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -152,9 +158,11 @@ func TestCaptureRacySums(t *testing.T) {
 		}
 	}
 
-	// 4. A sum remembered as not racy is trusted as it is: no read.
+	// 4. A sum remembered as not racy is trusted as it is, unread: here a wrong one
+	// goes out as the reference (what shows that nothing was read), except for a file
+	// whose ctime moved since, which goes whole.
 	for name := range want {
-		h.sums.put(sumCached{st: stamps[name], sum: sum(want[name]), racy: false})
+		h.sums.put(sumCached{st: stamps[name], sum: sum([]byte("trusted " + name)), racy: false})
 	}
 	if err := os.Chmod(filepath.Join(dir, "d0/f0"), 0o644); err != nil { // a new ctime: not the stamp
 		t.Fatal(err)
@@ -162,5 +170,10 @@ func TestCaptureRacySums(t *testing.T) {
 	whole, ref = tarOut(t, h, true)
 	if _, ok := whole["d0/f0"]; !ok || len(ref) != len(want)-1 {
 		t.Errorf("fourth capture: %d whole (d0/f0 among them: %v), %d references; want d0/f0 whole, the rest references", len(whole), whole["d0/f0"] != nil, len(ref))
+	}
+	for name, s := range ref {
+		if s != sum([]byte("trusted "+name)) {
+			t.Errorf("%s: a sum remembered as not racy was checked against the file (reference %s)", name, s)
+		}
 	}
 }

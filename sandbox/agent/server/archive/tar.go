@@ -346,8 +346,8 @@ func (c *capture) trust(f *os.File, size int64, st sumStamp, known sumCached) (b
 }
 
 // racyWindow is how long before a capture a file must have last changed for its sum to
-// be trusted next time without reading the file again.
-const racyWindow = 2 * time.Second
+// be trusted next time without reading the file again (a variable for the tests).
+var racyWindow = 2 * time.Second
 
 // sumStamp is what identifies a file's contents without reading them.
 type sumStamp struct {

@@ -1,11 +1,13 @@
 package exec
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The container's memory cgroup, as seen from inside it (cgroup v2, then v1).
@@ -18,24 +20,40 @@ var (
 
 // oomKills returns how many processes the kernel's OOM killer has killed in this
 // container's memory cgroup (the oom_kill line of memory.events, or of
-// memory.oom_control on cgroup v1); -1 when it cannot tell.
+// memory.oom_control on cgroup v1); -1 when it cannot tell. It runs before every
+// command, so the file is found and opened once and read again in place (pread).
 func oomKills() int64 {
-	for _, f := range oomEventFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
+	oomFile.once.Do(func() {
+		for _, name := range oomEventFiles {
+			if f, err := os.Open(name); err == nil {
+				oomFile.f = f
+				return
+			}
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), " ")
-			if ok && k == oomKillCounter {
-				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-					return n
-				}
+	})
+	if oomFile.f == nil {
+		return -1
+	}
+	var buf [4096]byte
+	n, err := oomFile.f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return -1
+	}
+	for line := range bytes.SplitSeq(buf[:n], []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(" "))
+		if ok && string(k) == oomKillCounter {
+			if n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+				return n
 			}
 		}
 	}
 	return -1
+}
+
+// oomFile is the first of oomEventFiles that opened.
+var oomFile struct {
+	once sync.Once
+	f    *os.File
 }
 
 // memoryLimit returns the container's memory limit in bytes, or 0 when there is none

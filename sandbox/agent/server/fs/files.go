@@ -114,7 +114,13 @@ func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) 
 			return nil, err
 		}
 	}
-	if a.Length > 0 {
+	// The file may grow after the stat above (a process of the workspace writing it):
+	// never read more than MaxSize bytes of it, whatever the size said.
+	capped := a.MaxSize > 0 && (a.Length <= 0 || a.Length > a.MaxSize)
+	switch {
+	case capped:
+		src = io.LimitReader(f, a.MaxSize+1)
+	case a.Length > 0:
 		src = io.LimitReader(f, a.Length)
 	}
 	res := agent.ReadResult{Info: FileInfo(t.Rel, fi)}
@@ -126,6 +132,9 @@ func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) 
 			return nil, err
 		}
 		n, rerr := io.ReadFull(src, buf)
+		if capped && res.N+int64(n) > a.MaxSize {
+			return nil, agent.Errorf(agent.CodeTooLarge, t.Rel, "file grew past the limit of %d bytes while it was read", a.MaxSize)
+		}
 		if n > 0 {
 			chunk := buf[:n]
 			if len(head) < BinarySniff {
