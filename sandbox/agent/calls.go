@@ -29,8 +29,40 @@ func (c *Client) ReadTo(ctx context.Context, a ReadArgs, w io.Writer) (ReadResul
 	if tried {
 		ctx = context.WithValue(ctx, agentOnly{}, true)
 	}
-	err = c.Call(ctx, OpRead, a, nil, dataTo(w), &r)
+	r = ReadResult{}
+	err = c.Call(ctx, OpRead, a, nil, dataTo(readBound(a, w)), &r)
 	return r, err
+}
+
+// readBound holds an answer to a to what a asked for: no more than Length bytes, nor
+// more than MaxSize past the offset. The agent keeps to it; a peer posing as the agent
+// that does not gets too_large, and cws holds no more than asked.
+func readBound(a ReadArgs, w io.Writer) io.Writer {
+	limit := int64(-1)
+	if a.MaxSize > 0 {
+		limit = max(a.MaxSize-a.Offset, 0)
+	}
+	if a.Length > 0 && (limit < 0 || a.Length < limit) {
+		limit = a.Length
+	}
+	if limit < 0 {
+		return w
+	}
+	return &boundedWriter{w: w, left: limit, path: a.Path}
+}
+
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+	path string
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, Errorf(CodeTooLarge, b.path, "the agent sent more than the read asked for")
+	}
+	b.left -= int64(len(p))
+	return b.w.Write(p)
 }
 
 // ReadFile reads a file (or a range of it) into memory.

@@ -1,7 +1,9 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -428,6 +430,60 @@ func TestCallTimeouts(t *testing.T) {
 	} {
 		if got := agent.CallTimeout(tc.op, tc.args); got != tc.want {
 			t.Errorf("%s: timeout %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// An agent that answers a read with more than it asked for (a peer posing as the
+// agent) gets too_large, and the client holds no more than the read's bound: no more
+// than length, nor than maxSize past the offset.
+func TestReadBoundedAgainstALyingAgent(t *testing.T) {
+	for _, tc := range []struct {
+		args agent.ReadArgs
+		max  int // the most the client may take
+	}{
+		{agent.ReadArgs{Path: "f", MaxSize: 1000}, 1000},
+		{agent.ReadArgs{Path: "f", MaxSize: 1000, Offset: 600}, 400},
+		{agent.ReadArgs{Path: "f", Length: 300}, 300},
+		{agent.ReadArgs{Path: "f", Length: 300, MaxSize: 1000, Offset: 900}, 100},
+	} {
+		c, _ := fakeAgent(t, func(conn net.Conn) {
+			if !hello(conn) {
+				return
+			}
+			sess, err := yamux.Server(conn, agent.YamuxConfig())
+			if err != nil {
+				return
+			}
+			defer sess.Close()
+			for {
+				st, err := sess.AcceptStream()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer st.Close()
+					if _, _, err := agent.ReadFrame(st); err != nil {
+						return
+					}
+					chunk := bytes.Repeat([]byte("x"), 256)
+					for range 40 { // 10 KiB, far more than asked
+						if agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, chunk) != nil {
+							return
+						}
+					}
+					res, _ := json.Marshal(agent.ReadResult{N: 10240})
+					_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
+				}()
+			}
+		})
+		var got bytes.Buffer
+		_, err := c.ReadTo(ctxT(t), tc.args, &got)
+		if !errors.Is(err, agent.ErrTooLarge) {
+			t.Errorf("%+v: %v, want too_large", tc.args, err)
+		}
+		if got.Len() > tc.max {
+			t.Errorf("%+v: the client took %d bytes, more than the %d asked for", tc.args, got.Len(), tc.max)
 		}
 	}
 }

@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// A thread that can't take cws's identity back ends with the goroutine it served:
-// nothing after asIdentity runs there (its deferred calls do), and the next call, on
-// another thread, switches and comes back as usual.
+// A thread that can't take cws's identity back ends with the goroutine that ran the
+// call, while the caller still gets its answer, on a thread of its own identity; a
+// panic of the call reaches the caller once the identity is back; and the next call
+// switches and comes back as usual.
 func TestAsIdentityRestoreFails(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -23,30 +24,37 @@ func TestAsIdentityRestoreFails(t *testing.T) {
 	saved := putBack
 	t.Cleanup(func() { putBack = saved })
 	putBack = func() bool { restoreIdentity(); return false } // as if it failed
-	var after, deferred atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer deferred.Store(true)
-		asIdentity(65534, 65534, func() {})
-		after.Store(true)
-	}()
-	<-done
-	if after.Load() {
-		t.Fatal("the goroutine went on after its thread could not take cws's identity back")
+	var during int
+	if !asIdentity(65534, 65534, func() { during = currentFSUID() }) {
+		t.Fatal("asIdentity did not run fn, or did not answer")
 	}
-	if !deferred.Load() {
-		t.Fatal("the goroutine's deferred calls did not run")
+	if during != 65534 {
+		t.Fatalf("fsuid %d during the call, want 65534", during)
+	}
+	if cur := currentFSUID(); cur != identity.uid {
+		t.Fatalf("the caller's thread has fsuid %d after the call, want cws's %d", cur, identity.uid)
 	}
 
 	putBack = saved
-	var during int
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the call's panic", p)
+			}
+			if cur := currentFSUID(); cur != identity.uid {
+				t.Errorf("fsuid %d after a panicking call, want %d", cur, identity.uid)
+			}
+		}()
+		asIdentity(65534, 65534, func() { panic("boom") })
+		t.Error("a panicking call returned")
+	}()
+	var ran atomic.Bool
+	if !asIdentity(65534, 65534, func() { ran.Store(currentFSUID() == 65534) }) || !ran.Load() {
+		t.Fatal("the next call did not run as 65534")
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if !asIdentity(65534, 65534, func() { during = currentFSUID() }) {
-		t.Fatal("asIdentity did not run fn")
-	}
-	if during != 65534 || currentFSUID() != identity.uid {
-		t.Fatalf("fsuid %d during the call (want 65534), %d after (want %d)", during, currentFSUID(), identity.uid)
+	if cur := currentFSUID(); cur != identity.uid {
+		t.Fatalf("fsuid %d after the calls, want %d", cur, identity.uid)
 	}
 }

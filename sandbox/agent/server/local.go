@@ -191,10 +191,11 @@ func bounded(a agent.ReadArgs) bool {
 }
 
 // The identity switch. A thread's credentials are its own under Linux (the raw
-// syscalls change only the calling thread), so a call locks its goroutine to its
-// thread, takes the workspace's fsuid and fsgid with no supplementary groups, runs, and
-// puts the process's own back before the thread serves anyone else. Were that ever to
-// fail, the thread stays locked to the goroutine and ends with it. (Go starts new
+// syscalls change only the calling thread), so a call runs on a goroutine of its own
+// locked to its thread, takes the workspace's fsuid and fsgid with no supplementary
+// groups, runs, and puts the process's own back before the thread serves anyone else.
+// Were that ever to fail, the thread stays locked to that goroutine and ends with it;
+// the caller is answered from its own thread (asIdentity). (Go starts new
 // threads from a clean template thread while a goroutine is locked, so none inherits
 // the switched credentials.)
 
@@ -268,29 +269,46 @@ func currentFSGID() int { cur, _ := unix.SetfsgidRetGid(-1); return cur }
 // putBack is restoreIdentity; tests make it fail.
 var putBack = restoreIdentity
 
-// asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
-// Should cws's own identity not come back, the goroutine ends there (runtime.Goexit,
-// its deferred calls run) with the thread locked to it, so the thread ends too and no
-// more of cws runs as the workspace's user: the call that asked is lost, nothing else.
+// asIdentity runs fn as uid:gid on a goroutine of its own, locked to its thread for
+// the call, and waits for it. false: fn did not run. Should cws's own identity not come
+// back, that goroutine ends with its thread still locked, so the thread ends with it
+// and no more of cws ever runs as the workspace's user; the caller, on its own thread,
+// gets its answer all the same. A panic of fn is the caller's, once the identity is
+// back.
 func asIdentity(uid, gid int, fn func()) bool {
 	if identityCheck() != nil {
 		return false
 	}
-	runtime.LockOSThread()
-	ok, restore := takeIdentity(uid, gid)
-	defer func() {
-		if restore() {
-			runtime.UnlockOSThread()
-			return
-		}
-		slog.Error("local reads: this thread could not take cws's own identity back; it ends with the call it served")
-		runtime.Goexit()
-	}()
-	if !ok {
-		return false
+	type outcome struct {
+		ran   bool
+		panic any
 	}
-	fn()
-	return true
+	done := make(chan outcome, 1)
+	go func() {
+		var out outcome
+		runtime.LockOSThread()
+		ok, restore := takeIdentity(uid, gid)
+		defer func() {
+			if ok {
+				out.panic = recover()
+			}
+			if restore() {
+				runtime.UnlockOSThread()
+			} else {
+				slog.Error("local reads: a thread could not take cws's own identity back; it ends here")
+			}
+			done <- out
+		}()
+		if ok {
+			fn()
+			out.ran = true
+		}
+	}()
+	out := <-done
+	if out.panic != nil {
+		panic(out.panic)
+	}
+	return out.ran
 }
 
 // LocalReadsAvailable says whether this process can serve local reads (it can take

@@ -23,19 +23,22 @@ var (
 // memory.oom_control on cgroup v1); -1 when it cannot tell. It runs before every
 // command, so the file is found and opened once and read again in place (pread).
 func oomKills() int64 {
-	oomFile.once.Do(func() {
+	oomFile.mu.Lock()
+	if oomFile.f == nil { // not found yet: looked for again by the next command
 		for _, name := range oomEventFiles {
 			if f, err := os.Open(name); err == nil {
 				oomFile.f = f
-				return
+				break
 			}
 		}
-	})
-	if oomFile.f == nil {
+	}
+	f := oomFile.f
+	oomFile.mu.Unlock()
+	if f == nil {
 		return -1
 	}
 	var buf [4096]byte
-	n, err := oomFile.f.ReadAt(buf[:], 0)
+	n, err := f.ReadAt(buf[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return -1
 	}
@@ -50,10 +53,11 @@ func oomKills() int64 {
 	return -1
 }
 
-// oomFile is the first of oomEventFiles that opened.
+// oomFile is the first of oomEventFiles that opened (ReadAt is safe for concurrent
+// use: each is a pread of its own).
 var oomFile struct {
-	once sync.Once
-	f    *os.File
+	mu sync.Mutex
+	f  *os.File
 }
 
 // memoryLimit returns the container's memory limit in bytes, or 0 when there is none

@@ -115,11 +115,17 @@ func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) 
 		}
 	}
 	// The file may grow after the stat above (a process of the workspace writing it):
-	// never read more than MaxSize bytes of it, whatever the size said.
-	capped := a.MaxSize > 0 && (a.Length <= 0 || a.Length > a.MaxSize)
+	// never read past its first MaxSize bytes, whatever the size said (room is what
+	// that leaves past the offset).
+	var room int64
+	capped := false
+	if a.MaxSize > 0 {
+		room = max(a.MaxSize-a.Offset, 0)
+		capped = a.Length <= 0 || a.Length > room
+	}
 	switch {
 	case capped:
-		src = io.LimitReader(f, a.MaxSize+1)
+		src = io.LimitReader(f, room+1)
 	case a.Length > 0:
 		src = io.LimitReader(f, a.Length)
 	}
@@ -132,7 +138,7 @@ func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) 
 			return nil, err
 		}
 		n, rerr := io.ReadFull(src, buf)
-		if capped && res.N+int64(n) > a.MaxSize {
+		if capped && res.N+int64(n) > room {
 			return nil, agent.Errorf(agent.CodeTooLarge, t.Rel, "file grew past the limit of %d bytes while it was read", a.MaxSize)
 		}
 		if n > 0 {
