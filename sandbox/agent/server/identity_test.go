@@ -1,16 +1,18 @@
 package server
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
 
-// A thread that can't take cws's identity back ends with the goroutine that ran the
-// call, while the caller still gets its answer, on a thread of its own identity; a
-// panic of the call reaches the caller once the identity is back; and the next call
-// switches and comes back as usual.
+// A thread that can't take cws's identity back stops the process (exit status 70),
+// before anything else of cws runs: here in a child process of the test binary, whose
+// restore is made to fail. In this process, a call switches and comes back as usual.
 func TestAsIdentityRestoreFails(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -21,40 +23,30 @@ func TestAsIdentityRestoreFails(t *testing.T) {
 	if err := identityCheck(); err != nil {
 		t.Fatal(err)
 	}
-	saved := putBack
-	t.Cleanup(func() { putBack = saved })
-	putBack = func() bool { restoreIdentity(); return false } // as if it failed
-	var during int
-	if !asIdentity(65534, 65534, func() { during = currentFSUID() }) {
-		t.Fatal("asIdentity did not run fn, or did not answer")
+	if os.Getenv("CWS_TEST_RESTORE_FAILS") == "1" {
+		putBack = func() bool { restoreIdentity(); return false } // as if it failed
+		asIdentity(65534, 65534, func() {})
+		os.Stdout.WriteString("went on after a failed restore\n")
+		os.Exit(0)
 	}
-	if during != 65534 {
-		t.Fatalf("fsuid %d during the call, want 65534", during)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAsIdentityRestoreFails$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CWS_TEST_RESTORE_FAILS=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 70 || strings.Contains(string(out), "went on") {
+		t.Fatalf("a failed restore: %v, output %q; want exit status 70 and nothing after", err, out)
 	}
-	if cur := currentFSUID(); cur != identity.uid {
-		t.Fatalf("the caller's thread has fsuid %d after the call, want cws's %d", cur, identity.uid)
+	if !strings.Contains(string(out), "could not take cws's own identity back") {
+		t.Errorf("the log does not say why it stopped: %q", out)
 	}
 
-	putBack = saved
-	func() {
-		defer func() {
-			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want the call's panic", p)
-			}
-			if cur := currentFSUID(); cur != identity.uid {
-				t.Errorf("fsuid %d after a panicking call, want %d", cur, identity.uid)
-			}
-		}()
-		asIdentity(65534, 65534, func() { panic("boom") })
-		t.Error("a panicking call returned")
-	}()
-	var ran atomic.Bool
-	if !asIdentity(65534, 65534, func() { ran.Store(currentFSUID() == 65534) }) || !ran.Load() {
-		t.Fatal("the next call did not run as 65534")
-	}
+	var during atomic.Int64
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if !asIdentity(65534, 65534, func() { during.Store(int64(currentFSUID())) }) || during.Load() != 65534 {
+		t.Fatalf("fsuid %d during the call, want 65534", during.Load())
+	}
 	if cur := currentFSUID(); cur != identity.uid {
-		t.Fatalf("fsuid %d after the calls, want %d", cur, identity.uid)
+		t.Fatalf("fsuid %d after the call, want cws's %d", cur, identity.uid)
 	}
 }

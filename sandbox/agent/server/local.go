@@ -13,6 +13,7 @@ import (
 	"path"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -191,11 +192,10 @@ func bounded(a agent.ReadArgs) bool {
 }
 
 // The identity switch. A thread's credentials are its own under Linux (the raw
-// syscalls change only the calling thread), so a call runs on a goroutine of its own
-// locked to its thread, takes the workspace's fsuid and fsgid with no supplementary
-// groups, runs, and puts the process's own back before the thread serves anyone else.
-// Were that ever to fail, the thread stays locked to that goroutine and ends with it;
-// the caller is answered from its own thread (asIdentity). (Go starts new
+// syscalls change only the calling thread), so a call locks its goroutine to its
+// thread, takes the workspace's fsuid and fsgid with no supplementary groups, runs, and
+// puts the process's own back before the thread serves anyone else. Were that ever to
+// fail, cws stops (asIdentity). (Go starts new
 // threads from a clean template thread while a goroutine is locked, so none inherits
 // the switched credentials.)
 
@@ -269,46 +269,35 @@ func currentFSGID() int { cur, _ := unix.SetfsgidRetGid(-1); return cur }
 // putBack is restoreIdentity; tests make it fail.
 var putBack = restoreIdentity
 
-// asIdentity runs fn as uid:gid on a goroutine of its own, locked to its thread for
-// the call, and waits for it. false: fn did not run. Should cws's own identity not come
-// back, that goroutine ends with its thread still locked, so the thread ends with it
-// and no more of cws ever runs as the workspace's user; the caller, on its own thread,
-// gets its answer all the same. A panic of fn is the caller's, once the identity is
-// back.
+// asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
+// Should cws's own identity not come back (a kernel out of memory for new
+// credentials: nothing else makes these calls fail for root), the process stops: any
+// code of cws's could run next on that thread, as the workspace's user, and no caller
+// may be left waiting for an answer either, so failing whole is the only safe way.
 func asIdentity(uid, gid int, fn func()) bool {
 	if identityCheck() != nil {
 		return false
 	}
-	type outcome struct {
-		ran   bool
-		panic any
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		var out outcome
-		runtime.LockOSThread()
-		ok, restore := takeIdentity(uid, gid)
-		defer func() {
-			if ok {
-				out.panic = recover()
-			}
+	runtime.LockOSThread()
+	ok, restore := takeIdentity(uid, gid)
+	defer func() {
+		for try := 0; ; try++ {
 			if restore() {
 				runtime.UnlockOSThread()
-			} else {
-				slog.Error("local reads: a thread could not take cws's own identity back; it ends here")
+				return
 			}
-			done <- out
-		}()
-		if ok {
-			fn()
-			out.ran = true
+			if try == 2 {
+				slog.Error("local reads: a thread could not take cws's own identity back (setfsuid, setfsgid or setgroups failed three times); stopping cws rather than run on as the workspace's user")
+				os.Exit(70) // EX_SOFTWARE
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}()
-	out := <-done
-	if out.panic != nil {
-		panic(out.panic)
+	if !ok {
+		return false
 	}
-	return out.ran
+	fn()
+	return true
 }
 
 // LocalReadsAvailable says whether this process can serve local reads (it can take
