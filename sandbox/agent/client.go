@@ -388,9 +388,20 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 	if deduplicated(op) {
 		req.ID = newRequestID()
 	}
+	// A retry starts the answer again from its beginning: once any of it reached
+	// onEvent (a read's first data), the call can't be retried, or the caller would get
+	// that part twice.
+	var delivered atomic.Bool
+	events := onEvent
+	if onEvent != nil {
+		events = func(ev string, data []byte) error {
+			delivered.Store(true)
+			return onEvent(ev, data)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		var started bool
-		err = c.do(ctx, op, req, body, nil, onEvent, result, &started)
+		err = c.do(ctx, op, req, body, nil, events, result, &started)
 		if err == nil {
 			return nil
 		}
@@ -400,7 +411,7 @@ func (c *Client) Call(ctx context.Context, op string, args any, body []byte, onE
 		if !errors.Is(err, errRetryable) {
 			return err
 		}
-		if attempt >= maxRetries || !(idempotent(op) || req.ID != "") {
+		if attempt >= maxRetries || !(idempotent(op) || req.ID != "") || delivered.Load() {
 			return err
 		}
 		c.log.Debug("agent stream broke, retrying on a fresh one", "op", op, "attempt", attempt+1, "err", err)

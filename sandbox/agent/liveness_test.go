@@ -487,3 +487,70 @@ func TestReadBoundedAgainstALyingAgent(t *testing.T) {
 		}
 	}
 }
+
+// An agent whose connection breaks after part of a read's answer: the read is not
+// retried (its retry would give that part again), it fails unavailable with no more
+// than the part that came; one that breaks before any data is retried, whole.
+func TestReadRetriedOnlyBeforeData(t *testing.T) {
+	file := bytes.Repeat([]byte("abc"), 100)
+	for _, tc := range []struct {
+		name  string
+		first int // bytes the first connection sends before it breaks; -1: none, not even the stream
+		args  agent.ReadArgs
+	}{
+		{"part of it, no bound", 200, agent.ReadArgs{Path: "f"}},
+		{"part of it, maxSize", 200, agent.ReadArgs{Path: "f", MaxSize: 1000}},
+		{"part of it, length", 200, agent.ReadArgs{Path: "f", Length: 300}},
+		{"part of it, maxSize at the file's size", 200, agent.ReadArgs{Path: "f", MaxSize: 300}},
+		{"before any data", 0, agent.ReadArgs{Path: "f", MaxSize: 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var conns atomic.Int32
+			c, _ := fakeAgent(t, func(conn net.Conn) {
+				n := conns.Add(1)
+				if !hello(conn) {
+					return
+				}
+				sess, err := yamux.Server(conn, agent.YamuxConfig())
+				if err != nil {
+					return
+				}
+				defer sess.Close()
+				for {
+					st, err := sess.AcceptStream()
+					if err != nil {
+						return
+					}
+					if _, _, err := agent.ReadFrame(st); err != nil {
+						return
+					}
+					if n == 1 {
+						if tc.first > 0 {
+							_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file[:tc.first])
+						}
+						conn.Close() // the agent dies mid-answer
+						return
+					}
+					_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file)
+					res, _ := json.Marshal(agent.ReadResult{N: int64(len(file))})
+					_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
+					st.Close()
+				}
+			})
+			var got bytes.Buffer
+			r, err := c.ReadTo(ctxT(t), tc.args, &got)
+			if tc.first == 0 {
+				if err != nil || !bytes.Equal(got.Bytes(), file) || r.N != int64(len(file)) {
+					t.Fatalf("broken before any data: %v, %d bytes (N %d); want it retried, whole", err, got.Len(), r.N)
+				}
+				return
+			}
+			if !errors.Is(err, agent.ErrUnavailable) {
+				t.Errorf("broken after %d bytes: %v, want unavailable", tc.first, err)
+			}
+			if got.Len() > tc.first || !bytes.Equal(got.Bytes(), file[:got.Len()]) {
+				t.Errorf("broken after %d bytes: the caller got %d bytes (a retry's on top of the first part?)", tc.first, got.Len())
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ func TestAsIdentityRestoreFails(t *testing.T) {
 		os.Stdout.WriteString("went on after a failed restore\n")
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAsIdentityRestoreFails$", "-test.count=1")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestAsIdentityRestoreFails$", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(), "CWS_TEST_RESTORE_FAILS=1")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

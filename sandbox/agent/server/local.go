@@ -223,10 +223,11 @@ func identityCheck() error {
 		go func() {
 			runtime.LockOSThread()
 			ok, restore := takeIdentity(65534, 65534)
-			if restore() {
+			back := restore()
+			if back {
 				runtime.UnlockOSThread()
-			}
-			done <- ok
+			} // else the thread ends with this goroutine
+			done <- ok && back
 		}()
 		if !<-done {
 			identity.err = errors.New("local reads need CAP_SETUID and CAP_SETGID (root) to read as the workspace's user")
@@ -271,7 +272,8 @@ var putBack = restoreIdentity
 
 // asIdentity runs fn as uid:gid on this goroutine's thread. false: fn did not run.
 // Should cws's own identity not come back (a kernel out of memory for new
-// credentials: nothing else makes these calls fail for root), the process stops: any
+// credentials, or a security module or seccomp filter refusing the calls), the
+// process stops, for its supervisor to start again: any
 // code of cws's could run next on that thread, as the workspace's user, and no caller
 // may be left waiting for an answer either, so failing whole is the only safe way.
 func asIdentity(uid, gid int, fn func()) bool {
@@ -287,7 +289,9 @@ func asIdentity(uid, gid int, fn func()) bool {
 				return
 			}
 			if try == 2 {
-				slog.Error("local reads: a thread could not take cws's own identity back (setfsuid, setfsgid or setgroups failed three times); stopping cws rather than run on as the workspace's user")
+				// Straight to the open descriptor: a log handler could open files, as
+				// the workspace's user.
+				_, _ = os.Stderr.WriteString(`level=ERROR msg="local reads: a thread could not take cws's own identity back (setfsuid, setfsgid or setgroups failed three times); stopping cws rather than run on as the workspace's user"` + "\n")
 				os.Exit(70) // EX_SOFTWARE
 			}
 			time.Sleep(time.Millisecond)

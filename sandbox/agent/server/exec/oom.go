@@ -40,6 +40,12 @@ func oomKills() int64 {
 	var buf [4096]byte
 	n, err := f.ReadAt(buf[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
+		oomFile.mu.Lock()
+		if oomFile.f == f { // gone (the cgroup remounted): looked for again next time
+			f.Close()
+			oomFile.f = nil
+		}
+		oomFile.mu.Unlock()
 		return -1
 	}
 	for line := range bytes.SplitSeq(buf[:n], []byte("\n")) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"unicode/utf8"
@@ -125,7 +126,7 @@ func (h *Handlers) ReadDecoded(ctx context.Context, a agent.ReadArgs, r Holder) 
 	}
 	switch {
 	case capped:
-		src = io.LimitReader(f, room+1)
+		src = io.LimitReader(f, min(room, math.MaxInt64-1)+1) // one byte over tells it grew
 	case a.Length > 0:
 		src = io.LimitReader(f, a.Length)
 	}

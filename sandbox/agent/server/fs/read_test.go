@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,11 +51,11 @@ func TestReadDecodedShapes(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, maxSize := range []int64{0, 1, size - 1, size, size + 1} {
+		for _, maxSize := range []int64{0, 1, size - 1, size, size + 1, math.MaxInt64} {
 			for _, off := range []int64{0, 1, size, size + 5} {
 				for _, length := range []int64{0, 1, size, size + 1, maxSize, maxSize + 1} {
 					for _, hash := range []bool{false, true} {
-						if maxSize < 0 || length < 0 {
+						if maxSize < 0 || length < 0 || length == math.MaxInt64 {
 							continue
 						}
 						a := agent.ReadArgs{Path: name, MaxSize: maxSize, Offset: off, Length: length, Hash: hash}
@@ -110,7 +111,9 @@ func TestReadDecodedGrowing(t *testing.T) {
 		{2 * c, 5, 2 * c, 10, 0, true},     // from an offset: still the file's first maxSize bytes
 		{2 * c, 20, 2 * c, c, 0, true},
 		{c + 1, 1, c + 1, 0, 0, true},
-		{2 * c, 1, 4 * c, 0, 0, false}, // grows, but stays within the limit
+		{2 * c, 1, 4 * c, 0, 0, false},     // grows, but stays within the limit
+		{2 * c, 9, 2 * c, 3 * c, 0, false}, // an offset past the limit: nothing to read, whatever it grew to
+		{2 * c, 1, math.MaxInt64, 0, 0, false},
 	} {
 		name := filepath.Join(dir, "grows")
 		if err := os.WriteFile(name, make([]byte, tc.size), 0o644); err != nil {
@@ -126,7 +129,7 @@ func TestReadDecodedGrowing(t *testing.T) {
 		}}
 		a := agent.ReadArgs{Path: "grows", MaxSize: tc.maxSize, Offset: tc.off, Length: tc.length}
 		_, err := h.ReadDecoded(context.Background(), a, &held)
-		if tc.off+int64(len(held.b)) > tc.maxSize {
+		if len(held.b) > 0 && tc.off+int64(len(held.b)) > tc.maxSize {
 			t.Errorf("%+v: read up to byte %d, past maxSize %d", tc, tc.off+int64(len(held.b)), tc.maxSize)
 		}
 		if got := errors.Is(err, agent.ErrTooLarge); got != tc.tooLarge {
