@@ -3,7 +3,9 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"time"
 )
 
 // Ping checks that the agent answers, and reports who it is.
@@ -65,11 +67,23 @@ func (b *boundedWriter) Write(p []byte) (int, error) {
 	return b.w.Write(p)
 }
 
-// ReadFile reads a file (or a range of it) into memory.
+// ReadFile reads a file (or a range of it) into memory. A read whose stream broke
+// after part of its data came (which Call does not retry) is read again from nothing,
+// up to maxRetries times.
 func (c *Client) ReadFile(ctx context.Context, a ReadArgs) ([]byte, ReadResult, error) {
 	var buf bytes.Buffer
-	r, err := c.ReadTo(ctx, a, &buf)
-	return buf.Bytes(), r, err
+	for attempt := 0; ; attempt++ {
+		buf.Reset()
+		r, err := c.ReadTo(ctx, a, &buf)
+		if err == nil || attempt >= maxRetries || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnresponsive) {
+			return buf.Bytes(), r, err
+		}
+		select {
+		case <-ctx.Done():
+			return buf.Bytes(), r, err
+		case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // WriteFile writes content to a file.

@@ -361,8 +361,11 @@ type EventFunc func(event string, data []byte) error
 // When the stream breaks, reads are retried on a fresh stream, and so are the
 // operations that change files (write, remove, rename, mkdir, proc.kill): they carry a
 // request id, and the agent answers a repeated id with its first outcome, so each is
-// applied exactly once. Commands (exec, proc.start) are never retried: they fail with
-// an *InterruptedError that says whether the command had started.
+// applied exactly once. A call whose events had begun to reach onEvent (a read's
+// data) is not: its retry would give them again; ReadFile, which owns its buffer,
+// starts such a read again from nothing. Commands (exec, proc.start) are never
+// retried: they fail with an *InterruptedError that says whether the command had
+// started.
 //
 // Every call has a deadline of its own (see callTimeout): the timeout it carries (a
 // command's, a long poll's wait) plus a margin, or a default. A streamed read or archive

@@ -488,14 +488,15 @@ func TestReadBoundedAgainstALyingAgent(t *testing.T) {
 	}
 }
 
-// An agent whose connection breaks after part of a read's answer: the read is not
-// retried (its retry would give that part again), it fails unavailable with no more
-// than the part that came; one that breaks before any data is retried, whole.
+// An agent whose connection breaks after part of a read's answer: ReadTo does not
+// retry it (its retry would give that part again), it fails unavailable with no more
+// than the part that came; one that breaks before any data is retried, whole. ReadFile,
+// which owns its buffer, reads such a file again from nothing and gets it once.
 func TestReadRetriedOnlyBeforeData(t *testing.T) {
 	file := bytes.Repeat([]byte("abc"), 100)
 	for _, tc := range []struct {
 		name  string
-		first int // bytes the first connection sends before it breaks; -1: none, not even the stream
+		first int // bytes the first connection sends before it breaks
 		args  agent.ReadArgs
 	}{
 		{"part of it, no bound", 200, agent.ReadArgs{Path: "f"}},
@@ -537,6 +538,13 @@ func TestReadRetriedOnlyBeforeData(t *testing.T) {
 					st.Close()
 				}
 			})
+			if tc.args.MaxSize == 1000 { // ReadFile, the same break
+				got, r, err := c.ReadFile(ctxT(t), tc.args)
+				if err != nil || !bytes.Equal(got, file) || r.N != int64(len(file)) {
+					t.Fatalf("ReadFile broken after %d bytes: %v, %d bytes (N %d); want it read again, whole", tc.first, err, len(got), r.N)
+				}
+				return
+			}
 			var got bytes.Buffer
 			r, err := c.ReadTo(ctxT(t), tc.args, &got)
 			if tc.first == 0 {

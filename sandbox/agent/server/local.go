@@ -219,7 +219,8 @@ func identityCheck() error {
 		}
 		identity.groups = groups
 		identity.uid, identity.gid = os.Geteuid(), os.Getegid()
-		done := make(chan bool)
+		type probe struct{ took, back bool }
+		done := make(chan probe)
 		go func() {
 			runtime.LockOSThread()
 			ok, restore := takeIdentity(65534, 65534)
@@ -227,9 +228,12 @@ func identityCheck() error {
 			if back {
 				runtime.UnlockOSThread()
 			} // else the thread ends with this goroutine
-			done <- ok && back
+			done <- probe{ok, back}
 		}()
-		if !<-done {
+		switch p := <-done; {
+		case !p.back:
+			identity.err = errors.New("local reads: a thread could not take cws's own identity back after trying the workspace's (a security module or seccomp filter refusing setfsuid, setfsgid or setgroups?); reads go to the agent")
+		case !p.took:
 			identity.err = errors.New("local reads need CAP_SETUID and CAP_SETGID (root) to read as the workspace's user")
 		}
 	})

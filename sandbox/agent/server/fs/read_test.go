@@ -112,7 +112,7 @@ func TestReadDecodedGrowing(t *testing.T) {
 		{2 * c, 20, 2 * c, c, 0, true},
 		{c + 1, 1, c + 1, 0, 0, true},
 		{2 * c, 1, 4 * c, 0, 0, false},     // grows, but stays within the limit
-		{2 * c, 9, 2 * c, 3 * c, 0, false}, // an offset past the limit: nothing to read, whatever it grew to
+		{2 * c, 9, 2 * c, 3 * c, 0, false}, // an offset past the limit and the file: nothing to read
 		{2 * c, 1, math.MaxInt64, 0, 0, false},
 	} {
 		name := filepath.Join(dir, "grows")
