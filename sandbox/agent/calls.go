@@ -68,14 +68,14 @@ func (b *boundedWriter) Write(p []byte) (int, error) {
 }
 
 // ReadFile reads a file (or a range of it) into memory. A read whose stream broke
-// after part of its data came (which Call does not retry) is read again from nothing,
-// up to maxRetries times.
+// after part of its data came (which Call does not retry, as it does one that broke
+// before) is read again from nothing, up to maxRetries times.
 func (c *Client) ReadFile(ctx context.Context, a ReadArgs) ([]byte, ReadResult, error) {
 	var buf bytes.Buffer
 	for attempt := 0; ; attempt++ {
 		buf.Reset()
 		r, err := c.ReadTo(ctx, a, &buf)
-		if err == nil || attempt >= maxRetries || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnresponsive) {
+		if err == nil || attempt >= maxRetries || buf.Len() == 0 || !errors.Is(err, errRetryable) || errors.Is(err, ErrUnresponsive) {
 			return buf.Bytes(), r, err
 		}
 		select {
