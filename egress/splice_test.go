@@ -150,6 +150,28 @@ func TestRelayShortSource(t *testing.T) {
 // body, as bytes), keeping the connection. It counts connections.
 func scriptedOrigin(t *testing.T, answer func(req *http.Request) []byte) (port int, conns *atomic.Int64) {
 	t.Helper()
+	return rawOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			b := answer(req)
+			if b == nil {
+				return
+			}
+			if _, err := c.Write(b); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// rawOrigin is a TCP server on 127.0.0.1 that hands each connection (closed after) to
+// serve, with a reader of it; it counts connections.
+func rawOrigin(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (port int, conns *atomic.Int64) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -165,21 +187,7 @@ func scriptedOrigin(t *testing.T, answer func(req *http.Request) []byte) (port i
 			conns.Add(1)
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					b := answer(req)
-					if b == nil {
-						return
-					}
-					if _, err := c.Write(b); err != nil {
-						return
-					}
-				}
+				serve(c, bufio.NewReader(c))
 			}()
 		}
 	}()
@@ -340,28 +348,14 @@ func TestServeSizedConnectionClose(t *testing.T) {
 // kept connection that would take the next answer's bytes for this one's).
 func TestServeSizedBodyCut(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-				_, _ = c.Write(make([]byte, 40000))
-			}()
+	port, _ := rawOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
 		}
-	}()
-	hp := net.JoinHostPort("allowed.test", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+		_, _ = c.Write(make([]byte, 40000))
+	})
+	hp := net.JoinHostPort("allowed.test", strconv.Itoa(port))
 	p, rec := newPx()
 	c := dialPx(t, p, "cut", listed(pxRules(t), 0))
 	write(t, c, "GET http://"+hp+"/ HTTP/1.1\r\nHost: "+hp+"\r\n\r\n")
@@ -384,40 +378,26 @@ func TestServeSizedBodyCut(t *testing.T) {
 // but faster than IdleTimeout is not.
 func TestServeSizedBodyStalls(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
-				if req.URL.Path == "/trickle" { // a byte every 100 ms: a second in all
-					for range 10 {
-						time.Sleep(100 * time.Millisecond)
-						if _, err := c.Write([]byte("x")); err != nil {
-							return
-						}
-					}
-					time.Sleep(5 * time.Second)
-					return
-				}
-				_, _ = io.WriteString(c, "xxx")
-				time.Sleep(10 * time.Second)
-			}()
+	port, _ := rawOrigin(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
 		}
-	}()
-	hp := net.JoinHostPort("allowed.test", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+		if req.URL.Path == "/trickle" { // a byte every 100 ms: a second in all
+			for range 10 {
+				time.Sleep(100 * time.Millisecond)
+				if _, err := c.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+			time.Sleep(5 * time.Second)
+			return
+		}
+		_, _ = io.WriteString(c, "xxx")
+		time.Sleep(10 * time.Second)
+	})
+	hp := net.JoinHostPort("allowed.test", strconv.Itoa(port))
 	p, _ := newPx()
 	p.IdleTimeout = 300 * time.Millisecond
 

@@ -283,6 +283,37 @@ func hello(conn net.Conn) bool {
 	return agent.WriteHello(conn, agent.Hello{Protocol: agent.ProtocolVersion, Version: "fake"}) == nil
 }
 
+// muxAgent is a fakeAgent that shakes hands, multiplexes, reads each stream's request
+// and hands it to answer with the number of the connection it came on (1, 2, …).
+func muxAgent(t *testing.T, answer func(n int32, conn net.Conn, st *yamux.Stream, h *agent.Header)) *agent.Client {
+	t.Helper()
+	var conns atomic.Int32
+	c, _ := fakeAgent(t, func(conn net.Conn) {
+		n := conns.Add(1)
+		if !hello(conn) {
+			return
+		}
+		sess, err := yamux.Server(conn, agent.YamuxConfig())
+		if err != nil {
+			return
+		}
+		defer sess.Close()
+		for {
+			st, err := sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer st.Close()
+				if h, _, err := agent.ReadFrame(st); err == nil {
+					answer(n, conn, st, h)
+				}
+			}()
+		}
+	})
+	return c
+}
+
 // Agents that hold their stream open and never answer, or answer nonsense: every call
 // ends, with ErrUnavailable, and Close returns.
 func TestMisbehavingAgents(t *testing.T) {
@@ -447,35 +478,15 @@ func TestReadBoundedAgainstALyingAgent(t *testing.T) {
 		{agent.ReadArgs{Path: "f", Length: 300}, 300},
 		{agent.ReadArgs{Path: "f", Length: 300, MaxSize: 1000, Offset: 900}, 100},
 	} {
-		c, _ := fakeAgent(t, func(conn net.Conn) {
-			if !hello(conn) {
-				return
-			}
-			sess, err := yamux.Server(conn, agent.YamuxConfig())
-			if err != nil {
-				return
-			}
-			defer sess.Close()
-			for {
-				st, err := sess.AcceptStream()
-				if err != nil {
+		c := muxAgent(t, func(_ int32, _ net.Conn, st *yamux.Stream, _ *agent.Header) {
+			chunk := bytes.Repeat([]byte("x"), 256)
+			for range 40 { // 10 KiB, far more than asked
+				if agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, chunk) != nil {
 					return
 				}
-				go func() {
-					defer st.Close()
-					if _, _, err := agent.ReadFrame(st); err != nil {
-						return
-					}
-					chunk := bytes.Repeat([]byte("x"), 256)
-					for range 40 { // 10 KiB, far more than asked
-						if agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, chunk) != nil {
-							return
-						}
-					}
-					res, _ := json.Marshal(agent.ReadResult{N: 10240})
-					_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
-				}()
 			}
+			res, _ := json.Marshal(agent.ReadResult{N: 10240})
+			_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
 		})
 		var got bytes.Buffer
 		_, err := c.ReadTo(ctxT(t), tc.args, &got)
@@ -506,37 +517,17 @@ func TestReadRetriedOnlyBeforeData(t *testing.T) {
 		{"before any data", 0, agent.ReadArgs{Path: "f", MaxSize: 300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var conns atomic.Int32
-			c, _ := fakeAgent(t, func(conn net.Conn) {
-				n := conns.Add(1)
-				if !hello(conn) {
+			c := muxAgent(t, func(n int32, conn net.Conn, st *yamux.Stream, _ *agent.Header) {
+				if n == 1 {
+					if tc.first > 0 {
+						_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file[:tc.first])
+					}
+					conn.Close() // the agent dies mid-answer
 					return
 				}
-				sess, err := yamux.Server(conn, agent.YamuxConfig())
-				if err != nil {
-					return
-				}
-				defer sess.Close()
-				for {
-					st, err := sess.AcceptStream()
-					if err != nil {
-						return
-					}
-					if _, _, err := agent.ReadFrame(st); err != nil {
-						return
-					}
-					if n == 1 {
-						if tc.first > 0 {
-							_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file[:tc.first])
-						}
-						conn.Close() // the agent dies mid-answer
-						return
-					}
-					_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file)
-					res, _ := json.Marshal(agent.ReadResult{N: int64(len(file))})
-					_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
-					st.Close()
-				}
+				_ = agent.WriteFrame(st, &agent.Header{Event: agent.EventData}, file)
+				res, _ := json.Marshal(agent.ReadResult{N: int64(len(file))})
+				_ = agent.WriteFrame(st, &agent.Header{Done: true, Result: res}, nil)
 			})
 			if tc.args.MaxSize == 1000 { // ReadFile, the same break
 				got, r, err := c.ReadFile(ctxT(t), tc.args)
