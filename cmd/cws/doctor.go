@@ -170,6 +170,7 @@ func (d *doctor) docker(ctx context.Context, o doctorOptions) {
 		return
 	}
 	d.ok("Docker engine %s at %s (API %s)", info.ServerVersion, cli.DaemonHost(), cli.ClientVersion())
+	d.volumeFS(cli.DaemonHost(), info.DockerRootDir)
 	for _, img := range images {
 		_, err := cli.ImageInspect(ctx, img)
 		switch {
@@ -181,6 +182,25 @@ func (d *doctor) docker(ctx context.Context, o doctorOptions) {
 			d.fail("", "image %s: %v", img, err)
 		}
 	}
+}
+
+// volumeFS says whether the workspace volumes sit on a file system that creates
+// files fast after deletes (see docker.VolumeFSWarning), when the engine is local.
+func (d *doctor) volumeFS(dockerHost, root string) {
+	if !strings.HasPrefix(dockerHost, "unix://") {
+		d.skip("workspace volumes' file system: the Docker engine at %s is remote, not checked here", dockerHost)
+		return
+	}
+	if w := docker.VolumeFSWarning(root); w != "" {
+		d.warn(docker.VolumeFSHint(filepath.Join(root, "volumes")), "%s", strings.SplitN(w, "; ", 2)[0])
+		return
+	}
+	dir := filepath.Join(root, "volumes")
+	if _, err := os.Stat(dir); err != nil {
+		d.skip("workspace volumes' file system: %s is not visible from here", dir)
+		return
+	}
+	d.ok("workspace volumes' file system (%s): not ext4 without a journal, creating files stays fast after deletes", dir)
 }
 
 // landlock reports whether this kernel can enforce allowedCommands (the agent's

@@ -12,6 +12,7 @@ package docker
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -183,6 +184,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	name, why := d.transport.get()
 	d.log.Info("agent transport", "transport", name, "why", why)
+	d.warnVolumeFS(context.Background())
 	return d, nil
 }
 
