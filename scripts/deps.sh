@@ -30,43 +30,9 @@ if docker info >/dev/null 2>&1; then
 	exit 0
 fi
 
-# Workspace volumes on a journaled file system. On ext4 without a journal (this
-# project's VMs: /sys/fs/ext4/<dev>/journal_task is "<none>") the kernel skips every
-# inode freed in the last 30-330 s when it allocates one, with a buffer lookup each:
-# creating files after deleting many gets slower with every file (a 2,000-file tar -x:
-# 45 ms fresh, 360-760 ms after a churn). Wakes, restores and forks do exactly that, so
-# the volumes go on a journaled ext4 in a file (loop), where the check does not run.
-# CWS_VOLUMES_FS=host keeps them where Docker puts them.
-volumes_fs() {
-	local vol=/var/lib/docker/volumes img=${CWS_VOLUMES_IMAGE:-/var/lib/cws/docker-volumes.ext4}
-	[ "${CWS_VOLUMES_FS:-}" = host ] && return 0
-	as_root mkdir -p "$vol"
-	mountpoint -q "$vol" && return 0
-	local fstype src dev
-	read -r fstype src < <(findmnt -no FSTYPE,SOURCE -T "$vol")
-	[ "$fstype" = ext4 ] || return 0
-	dev=$(basename "${src%%\[*}")
-	[ "$(cat "/sys/fs/ext4/$dev/journal_task" 2>/dev/null)" = "<none>" ] || return 0
-	say "workspace volumes: $vol is on ext4 without a journal ($src), slow to create files after deletes; mounting a journaled ext4 ($img) there (CWS_VOLUMES_FS=host: keep it as is)"
-	if [ ! -e "$img" ]; then
-		local avail size
-		avail=$(df -B1G --output=avail "$(dirname "$vol")" | tail -1 | tr -d ' ')
-		size=$((avail * 3 / 4)); [ "$size" -gt 64 ] && size=64
-		[ "$size" -ge 4 ] || { say "workspace volumes: only ${avail}G free, keeping them on $src" >&2; return 0; }
-		as_root mkdir -p "$(dirname "$img")"
-		as_root truncate -s "${size}G" "$img.new"
-		as_root mkfs.ext4 -q -F -m 0 "$img.new"
-		# Volumes made before (their data and Docker's metadata.db) move in with it.
-		local tmp; tmp=$(mktemp -d)
-		as_root mount -o loop "$img.new" "$tmp"
-		as_root cp -a "$vol/." "$tmp/"
-		as_root umount "$tmp"; rmdir "$tmp"
-		as_root mv "$img.new" "$img"
-	else
-		as_root e2fsck -p "$img" >/dev/null 2>&1 || true
-	fi
-	as_root mount -o loop,discard "$img" "$vol"
-}
+# Docker's volumes (the workspaces) on a journaled file system: see journaled.sh.
+# shellcheck source=scripts/journaled.sh
+. "$(dirname "$0")/journaled.sh"
 
 # A dockerd killed without a clean shutdown leaves its pid file and containerd's
 # sockets behind; the next dockerd then hangs on "containerd.sock: timeout".
@@ -77,7 +43,11 @@ if ! pgrep -x dockerd >/dev/null 2>&1; then
 		pkill -x containerd >/dev/null 2>&1 || true
 		as_root rm -rf /var/run/docker.pid /var/run/docker/containerd /var/run/docker.sock
 	fi
-	volumes_fs
+	if [ "$(id -u)" -eq 0 ]; then
+		journaled /var/lib/docker/volumes "${CWS_VOLUMES_IMAGE:-/var/lib/cws/docker-volumes.ext4}" say
+	else
+		say "not root: Docker's volumes stay where they are (scripts/journaled.sh says why they may not)"
+	fi
 	say "starting dockerd (log: /var/log/cws-dockerd.log)"
 	as_root sh -c 'nohup dockerd >/var/log/cws-dockerd.log 2>&1 &'
 fi

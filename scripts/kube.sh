@@ -134,6 +134,10 @@ RUNC_ROOT=$RUNDIR/runc
 CNI_CONF_DIR=$STATE/cni/net.d
 CNI_IPAM_DIR=$STATE/cni/ipam
 HOSTPATH_DIR=/tmp/hostpath_pv
+# The kubelet's root (the pods' emptyDir volumes: the workspaces without a storage
+# class) on a journaled ext4 kept in this file, where $STATE sits on ext4 without a
+# journal (scripts/journaled.sh says why).
+KUBELET_IMG=${CWS_KUBE_KUBELET_IMAGE:-/var/lib/cws/kube-kubelet.ext4}
 # Start order; `down` stops in reverse.
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy netpol coredns localpv)
 
@@ -826,6 +830,10 @@ up() {
 	write_configs "$ip"
 	host_setup
 
+	# shellcheck source=scripts/journaled.sh
+	. "$REPO/scripts/journaled.sh"
+	running kubelet || journaled "$STATE/kubelet" "$KUBELET_IMG" say
+
 	# containerd runs under its own name (a symlink): scripts/deps.sh clears a crashed
 	# dockerd's state with `pkill -x containerd`, which must not hit this one.
 	mkdir -p "$STATE/bin"
@@ -1059,6 +1067,7 @@ down() {
 	# The cluster's state goes; the images (containerd root), certificates and binaries stay.
 	rm -f "$PIDS/addons.hash"
 	rm -rf --one-file-system "$STATE/etcd" "$STATE/kubelet" "$STATE/pod-logs" "$CNI_IPAM_DIR" "$RUNDIR" "$HOSTPATH_DIR" "$STATE/pv"
+	rm -f "$KUBELET_IMG"
 	say "down: all stopped (state removed; images, certificates and binaries kept under $STATE/containerd and $CACHE)"
 }
 
