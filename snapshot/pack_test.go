@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -823,5 +824,98 @@ func TestBadSparseRefused(t *testing.T) {
 	h, err := tar.NewReader(&out).Next()
 	if err != nil || h.PAXRecords["CWS.sparse"] != "100:5,1000:0" || h.PAXRecords["CWS.other"] != "" {
 		t.Errorf("read back %v, %v; want the sparse map alone", h.PAXRecords, err)
+	}
+}
+
+// cutRanges ends every ranged read of a pack after keep(n) of its n bytes, with err
+// (nil: a clean EOF, as a connection closed early reads).
+type cutRanges struct {
+	Backend
+	keep func(n int64) int64
+	err  error
+}
+
+func (c *cutRanges) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, err := c.Backend.GetRange(ctx, key, off, n)
+	if err != nil || !strings.Contains(key, "/packs/") {
+		return rc, err
+	}
+	var r io.Reader = io.LimitReader(rc, c.keep(n))
+	if c.err != nil {
+		r = io.MultiReader(r, iotest.ErrReader(c.err))
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{r, rc}, nil
+}
+
+// A range that ends early, anywhere in a span of many files, fails the restore with
+// the cause, and never passes off a file's partial contents as whole.
+func TestReadRangeCutShort(t *testing.T) {
+	ctx := t.Context()
+	rng := mrand.New(mrand.NewPCG(31, 4))
+	names := []string{}
+	files := map[string]string{}
+	for i := range 40 {
+		name := fmt.Sprintf("d%d/f%02d", i%3, i)
+		names = append(names, name)
+		b := make([]byte, 1+rng.IntN(9000))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		files[name] = string(b)
+	}
+	tb := tarball(t, names, files)
+	broken := errors.New("connection reset by peer")
+	for _, c := range []struct {
+		name string
+		keep func(n int64) int64
+		err  error
+		want error
+	}{
+		{"nothing", func(int64) int64 { return 0 }, nil, io.ErrUnexpectedEOF},
+		{"one byte", func(int64) int64 { return 1 }, nil, io.ErrUnexpectedEOF},
+		{"half", func(n int64) int64 { return n / 2 }, nil, io.ErrUnexpectedEOF},
+		{"all but the last byte", func(n int64) int64 { return n - 1 }, nil, io.ErrUnexpectedEOF},
+		{"half, then an error", func(n int64) int64 { return n / 2 }, broken, broken},
+		{"all but one, then an error", func(n int64) int64 { return n - 1 }, broken, broken},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fb, err := NewFileBackend(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut := &cutRanges{Backend: fb, keep: func(n int64) int64 { return n }}
+			s := NewStore(cut)
+			snap, err := s.Write(ctx, Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}, bytes.NewReader(tb), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut.keep, cut.err = c.keep, c.err
+			var out bytes.Buffer
+			_, err = s.Read(ctx, "acme", snap.ID, &out)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Read: %v; want %v", err, c.want)
+			}
+			// Whatever went out before the failure is whole files, each as stored.
+			tr := tar.NewReader(&out)
+			for {
+				h, err := tr.Next()
+				if err != nil {
+					break // the archive is cut: its end is not there
+				}
+				if h.Typeflag != tar.TypeReg {
+					continue
+				}
+				got, err := io.ReadAll(tr)
+				if err != nil {
+					break
+				}
+				if string(got) != files[h.Name] {
+					t.Errorf("%s: %d bytes out, stored %d", h.Name, len(got), len(files[h.Name]))
+				}
+			}
+		})
 	}
 }

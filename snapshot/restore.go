@@ -45,10 +45,14 @@ type span struct {
 	blobs  []packBlob // in the order of the pack
 	stream bool       // large: streamed when its turn comes, never held
 
-	weight int64         // of the read-ahead budget, while held
-	done   chan struct{} // closed when data or err is set
-	data   [][]byte      // each blob's contents
-	err    error
+	weight int64        // of the read-ahead budget, while held
+	out    chan fetched // each blob's contents in order, as it arrives; or one error
+}
+
+// fetched is one blob of a span, read and checked, or the error that ends the span.
+type fetched struct {
+	data []byte
+	err  error
 }
 
 func (sp *span) raw() int64 {
@@ -143,28 +147,31 @@ func (s *Store) read(ctx context.Context, tenant, id string, es []entry, w io.Wr
 			}
 			continue
 		}
-		select {
-		case <-sp.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if sp.err != nil {
-			return sp.err
-		}
-		for j, b := range sp.blobs {
+		// Each blob is written as soon as its bytes have come and been checked, not
+		// once the whole range has: the agent starts on the first files while the
+		// rest of the pack is still on its way.
+		for _, b := range sp.blobs {
+			var f fetched
+			select {
+			case f = <-sp.out:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if f.err != nil {
+				return f.err
+			}
 			for _, e := range holders[b.Sum] {
-				if int64(len(sp.data[j])) != e.Size {
-					return fmt.Errorf("snapshot %s: %s: stored %d bytes, want %d", id, e.Path, len(sp.data[j]), e.Size)
+				if int64(len(f.data)) != e.Size {
+					return fmt.Errorf("snapshot %s: %s: stored %d bytes, want %d", id, e.Path, len(f.data), e.Size)
 				}
 				if err := header(e); err != nil {
 					return err
 				}
-				if _, err := tw.Write(sp.data[j]); err != nil {
+				if _, err := tw.Write(f.data); err != nil {
 					return err
 				}
 			}
 		}
-		sp.data = nil
 		budget.Release(sp.weight)
 	}
 	// Hard links, once every file they may name is there.
@@ -235,7 +242,7 @@ func (r *restoring) plan(ctx context.Context, sums []string, holders map[string]
 	}
 	spans = append(spans, loose...)
 	for _, sp := range spans {
-		sp.done = make(chan struct{})
+		sp.out = make(chan fetched, len(sp.blobs))
 	}
 	return spans, nil
 }
@@ -259,10 +266,87 @@ func (r *restoring) fetchAhead(ctx context.Context, spans []*span, budget *semap
 		}
 		go func() {
 			defer func() { <-lim }()
-			sp.data, sp.err = r.fetch(ctx, sp)
-			close(sp.done)
+			r.fetchSpan(ctx, sp)
 		}()
 	}
+}
+
+// fetchSpan reads a span, and hands each blob on as soon as it has come and been
+// checked. The channel holds every blob, so it never waits for the reader.
+func (r *restoring) fetchSpan(ctx context.Context, sp *span) {
+	fail := func(err error) { sp.out <- fetched{err: err} }
+	if sp.pack == "" {
+		data, err := r.fetch(ctx, sp)
+		if err != nil {
+			fail(err)
+			return
+		}
+		sp.out <- fetched{data: data[0]}
+		return
+	}
+	key := packKey(r.tenant, sp.pack)
+	rc, err := r.s.b.GetRange(ctx, key, sp.off, sp.n)
+	if errors.Is(err, ErrNotFound) {
+		// Rewritten by a collection since the snapshot was taken: the index knows
+		// where its blobs went.
+		data, err := r.fetchMoved(ctx, sp)
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, d := range data {
+			sp.out <- fetched{data: d}
+		}
+		return
+	}
+	if err != nil {
+		fail(fmt.Errorf("snapshot %s: %w", r.id, err))
+		return
+	}
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 256<<10)
+	pos := sp.off
+	for _, b := range sp.blobs {
+		if _, err := br.Discard(int(b.Off - pos)); err != nil {
+			fail(fmt.Errorf("snapshot %s: get %s: %w", r.id, key, noEOF(err)))
+			return
+		}
+		z := make([]byte, b.Len)
+		if _, err := io.ReadFull(br, z); err != nil {
+			fail(fmt.Errorf("snapshot %s: get %s: %w", r.id, key, noEOF(err)))
+			return
+		}
+		pos = b.Off + b.Len
+		data, err := r.decode(b, z)
+		if err != nil {
+			fail(err)
+			return
+		}
+		sp.out <- fetched{data: data}
+	}
+}
+
+// noEOF makes a range that ended early an unexpected EOF, not a clean end.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// decode decodes a blob read whole, and checks its sum.
+func (r *restoring) decode(b packBlob, z []byte) ([]byte, error) {
+	if b.Raw < 0 || b.Raw > inMemory {
+		return nil, fmt.Errorf("snapshot %s: contents %s: %w: %d bytes in a range read", r.id, b.Sum, ErrBadRecord, b.Raw)
+	}
+	data, err := r.s.blobDec.DecodeAll(z, make([]byte, 0, b.Raw))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: contents %s: %w", r.id, b.Sum, err)
+	}
+	if err := checkSum(data, b.Sum); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", r.id, err)
+	}
+	return data, nil
 }
 
 // fetch reads a span and gives each of its blobs' contents back, checked.
@@ -290,15 +374,9 @@ func (r *restoring) fetch(ctx context.Context, sp *span) ([][]byte, error) {
 	}
 	out := make([][]byte, len(sp.blobs))
 	for j, b := range sp.blobs {
-		if b.Raw < 0 || b.Raw > inMemory {
-			return nil, fmt.Errorf("snapshot %s: contents %s: %w: %d bytes in a range read", r.id, b.Sum, ErrBadRecord, b.Raw)
-		}
-		data, err := r.s.blobDec.DecodeAll(zs[j], make([]byte, 0, b.Raw))
+		data, err := r.decode(b, zs[j])
 		if err != nil {
-			return nil, fmt.Errorf("snapshot %s: contents %s: %w", r.id, b.Sum, err)
-		}
-		if err := checkSum(data, b.Sum); err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", r.id, err)
+			return nil, err
 		}
 		out[j] = data
 	}
