@@ -58,4 +58,7 @@ journaled() {
 	umount "$tmp"
 	rmdir "$tmp"
 	mount -o loop,discard "$img" "$dir"
+	# mkfs's lost+found would read as a volume named lost+found to Docker; e2fsck makes
+	# it again when it needs one.
+	rmdir "$dir/lost+found" 2>/dev/null || true
 }
