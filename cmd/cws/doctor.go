@@ -41,6 +41,8 @@ With --driver docker (the default):
   - the workspace images are present
   - Landlock is available to enforce allowedCommands (when the engine is local)
   - which path cws takes to the workspace agents (a unix socket, or docker exec), and why
+  - the workspace volumes' file system (when the engine is local): ext4 without a
+    journal makes creating files slow after deletes, so wakes and forks slow down
   - cws-agent sits next to cws (or at --agent-binary)
 
 With --driver kubernetes:
