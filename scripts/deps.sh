@@ -44,7 +44,10 @@ if ! pgrep -x dockerd >/dev/null 2>&1; then
 		as_root rm -rf /var/run/docker.pid /var/run/docker/containerd /var/run/docker.sock
 	fi
 	if [ "$(id -u)" -eq 0 ]; then
-		journaled /var/lib/docker/volumes "${CWS_VOLUMES_IMAGE:-/var/lib/cws/docker-volumes.ext4}" say
+		# Containers whose dockerd died still have their volumes mounted: not moved
+		# from under them. The image goes in /etc/fstab, so that a dockerd started at
+		# boot (a systemd unit) finds the volumes where they were.
+		JOURNALED_FSTAB=1 journaled /var/lib/docker/volumes "${CWS_VOLUMES_IMAGE:-/var/lib/cws/docker-volumes.ext4}" say 'containerd-shim.* -namespace moby'
 	else
 		say "not root: Docker's volumes stay where they are (scripts/journaled.sh says why they may not)"
 	fi

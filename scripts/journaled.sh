@@ -9,56 +9,100 @@
 # the same churn. Wakes, restores and forks create thousands of files right after
 # others went, so the workspace volumes go on a journaled ext4 kept in a file (loop).
 # CWS_VOLUMES_FS=host keeps them where they are.
+#
+# The file is allocated whole (fallocate, not sparse): a sparse one would promise room
+# the host may not have, and a write that found none would be lost at writeback, with
+# no error to the writer.
 
 # journal_less DIR: true when DIR sits on ext4 without a journal.
 journal_less() {
-	local fstype src
-	read -r fstype src < <(findmnt -no FSTYPE,SOURCE -T "$1")
+	local fstype majmin dev
+	read -r fstype majmin < <(findmnt -no FSTYPE,MAJ:MIN -T "$1") || return 1
 	[ "$fstype" = ext4 ] || return 1
-	src=${src%%\[*}
-	[ "$(cat "/sys/fs/ext4/$(basename "$src")/journal_task" 2>/dev/null)" = "<none>" ]
+	# /sys/fs/ext4 names the kernel's block device (dm-0, not /dev/mapper/vg-lv).
+	dev=$(basename "$(readlink -f "/sys/dev/block/$majmin")") || return 1
+	[ "$(cat "/sys/fs/ext4/$dev/journal_task" 2>/dev/null)" = "<none>" ]
 }
 
-# journaled DIR IMG SAY: mount a journaled ext4 kept in IMG over DIR when DIR is on
-# ext4 without a journal, moving what DIR holds into it; nothing when DIR is a mount
-# point already, or CWS_VOLUMES_FS=host. Whoever writes DIR must be stopped. SAY is
-# the caller's logging function.
+# journaled DIR IMG SAY [BUSY]: mount a journaled ext4 kept in IMG over DIR when DIR is
+# on ext4 without a journal. The first time, IMG is made (a third of the free space, at
+# most 32 GiB, and at least twice what DIR holds plus 2 GiB, or nothing is done) and
+# what DIR holds is copied into it, then removed from under it. Nothing is done when
+# DIR is a mount point already, CWS_VOLUMES_FS=host, processes matching the pgrep -f
+# pattern BUSY run (they may have DIR's files open or mounted), or both DIR and an IMG
+# from before hold files (it says how to merge them). It fails only when IMG exists
+# and can't be mounted: DIR's files from before are in it. SAY is the caller's logger.
+# With JOURNALED_FSTAB=1 it also adds IMG to /etc/fstab (nofail), so that a dockerd
+# started at boot finds the volumes where they were.
 journaled() {
-	local dir=$1 img=$2 say=$3
+	local dir=$1 img=$2 say=$3 busy=${4:-}
 	[ "${CWS_VOLUMES_FS:-}" = host ] && return 0
 	mkdir -p "$dir"
 	mountpoint -q "$dir" && return 0
 	journal_less "$dir" || return 0
+	if [ -n "$busy" ] && pgrep -f -- "$busy" >/dev/null 2>&1; then
+		$say "$dir is on ext4 without a journal (slow to create files after deletes), but processes that may use it run ($busy): left as it is; stop them and run this again"
+		return 0
+	fi
+	local full=""
+	[ -n "$(ls -A "$dir")" ] && full=1
+	if [ -e "$img" ] && [ -n "$full" ]; then
+		$say "$dir holds files, and so may $img (not mounted; volumes from before): both left as they are, $dir in use. To merge: stop what uses $dir, mount $img elsewhere (mount -o loop), move $dir's files into it with care for what both hold, empty $dir, and run this again"
+		return 0
+	fi
 	$say "$dir is on ext4 without a journal, where creating files after deleting many is slow: mounting a journaled ext4 kept in $img there (CWS_VOLUMES_FS=host: leave it)"
+	local tmp=""
 	if [ ! -e "$img" ]; then
-		local avail size
-		avail=$(df -B1G --output=avail "$(dirname "$img")" 2>/dev/null | tail -1 | tr -d ' ') || avail=0
-		[ -n "$avail" ] || avail=0
-		size=$((avail * 3 / 4))
-		[ "$size" -gt 64 ] && size=64
-		if [ "$size" -lt 4 ]; then
-			$say "only ${avail}G free beside $img: leaving $dir as it is"
+		mkdir -p "$(dirname "$img")"
+		local avail need size
+		avail=$(df -B1M --output=avail "$(dirname "$img")" | tail -1 | tr -d ' ')
+		need=$(du -sm "$dir" | cut -f1)
+		size=$((avail / 3))
+		[ "$size" -gt 32768 ] && size=32768
+		if [ "$size" -lt $((need * 2 + 2048)) ]; then
+			$say "only ${avail} MiB free beside $img for $dir's ${need} MiB: left as it is"
 			return 0
 		fi
-		mkdir -p "$(dirname "$img")"
-		truncate -s "${size}G" "$img.new"
-		mkfs.ext4 -q -F -m 0 "$img.new"
+		rm -f "$img.new"
+		if ! fallocate -l "${size}M" "$img.new" || ! mkfs.ext4 -q -F -m 0 -E nodiscard "$img.new"; then
+			rm -f "$img.new"
+			$say "could not make $img: $dir left as it is"
+			return 0
+		fi
+		if [ -n "$full" ]; then
+			tmp=$(mktemp -d)
+			mount -o loop "$img.new" "$tmp"
+			if ! cp -a "$dir/." "$tmp/"; then
+				umount "$tmp"
+				rmdir "$tmp"
+				rm -f "$img.new"
+				$say "copying $dir into $img failed: $dir left as it is"
+				return 0
+			fi
+			umount "$tmp"
+			rmdir "$tmp"
+		fi
 		mv "$img.new" "$img"
+		# Its files are in the image now; what stays underneath would only be hidden.
+		[ -z "$full" ] || find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
 	else
-		e2fsck -p "$img" >/dev/null 2>&1 || true
+		local rc=0 out
+		out=$(e2fsck -p "$img" 2>&1) || rc=$?
+		if [ "$rc" -ge 4 ]; then
+			$say "$img (the journaled file system of $dir, holding its files from before) has errors e2fsck -p could not repair (exit $rc):"
+			printf '%s\n' "$out" >&2
+			$say "nothing mounted. Repair it (e2fsck -f $img), or move it aside to start an empty one, then run this again"
+			return 1
+		fi
 	fi
-	# What DIR holds moves in (the first time: volumes made before; after an unmount:
-	# what was written meanwhile).
-	local tmp
-	tmp=$(mktemp -d)
-	mount -o loop "$img" "$tmp"
-	if [ -n "$(ls -A "$dir")" ]; then
-		cp -a "$dir/." "$tmp/" && find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+	if ! mount -o loop "$img" "$dir"; then
+		$say "mounting $img on $dir failed (it holds $dir's files from before): nothing mounted. See dmesg; move $img aside to start an empty one"
+		return 1
 	fi
-	umount "$tmp"
-	rmdir "$tmp"
-	mount -o loop,discard "$img" "$dir"
 	# mkfs's lost+found would read as a volume named lost+found to Docker; e2fsck makes
 	# it again when it needs one.
 	rmdir "$dir/lost+found" 2>/dev/null || true
+	if [ "${JOURNALED_FSTAB:-}" = 1 ] && [ -w /etc/fstab ] && ! grep -qF " $dir ext4 " /etc/fstab; then
+		printf '%s %s ext4 loop,nofail 0 0 # cws (scripts/journaled.sh)\n' "$img" "$dir" >>/etc/fstab
+	fi
 }

@@ -832,7 +832,7 @@ up() {
 
 	# shellcheck source=scripts/journaled.sh
 	. "$REPO/scripts/journaled.sh"
-	running kubelet || journaled "$STATE/kubelet" "$KUBELET_IMG" say
+	running kubelet || journaled "$STATE/kubelet" "$KUBELET_IMG" say "containerd-shim.*-address $SOCK"
 
 	# containerd runs under its own name (a symlink): scripts/deps.sh clears a crashed
 	# dockerd's state with `pkill -x containerd`, which must not hit this one.

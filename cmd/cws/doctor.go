@@ -193,16 +193,15 @@ func (d *doctor) volumeFS(dockerHost, root string) {
 		d.skip("workspace volumes' file system: the Docker engine at %s is remote, not checked here", dockerHost)
 		return
 	}
-	if w := docker.VolumeFSWarning(root); w != "" {
-		d.warn(docker.VolumeFSHint(filepath.Join(root, "volumes")), "%s", strings.SplitN(w, "; ", 2)[0])
-		return
-	}
 	dir := filepath.Join(root, "volumes")
-	if _, err := os.Stat(dir); err != nil {
-		d.skip("workspace volumes' file system: %s is not visible from here", dir)
-		return
+	switch state, w := docker.CheckVolumeFS(root); state {
+	case docker.VolumeFSSlow:
+		d.warn(docker.VolumeFSHint(dir), "%s", strings.SplitN(w, "; ", 2)[0])
+	case docker.VolumeFSFine:
+		d.ok("workspace volumes' file system (%s): not ext4 without a journal, creating files stays fast after deletes", dir)
+	default:
+		d.skip("workspace volumes' file system (%s): can't be told from here", dir)
 	}
-	d.ok("workspace volumes' file system (%s): not ext4 without a journal, creating files stays fast after deletes", dir)
 }
 
 // landlock reports whether this kernel can enforce allowedCommands (the agent's

@@ -12,7 +12,6 @@ package docker
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -139,7 +138,8 @@ type Driver struct {
 
 // New returns a Driver that talks to the Docker engine named by the environment
 // (DOCKER_HOST and friends), negotiating the API version with it. It hashes the agent
-// binary; it does not contact the engine.
+// binary; it does not wait on the engine (a local one is asked in the background where
+// its volumes live, for a warning: CheckVolumeFS).
 func New(cfg Config) (*Driver, error) {
 	if cfg.AgentBinary == "" {
 		return nil, errors.New("docker driver: AgentBinary is required")
@@ -184,7 +184,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	name, why := d.transport.get()
 	d.log.Info("agent transport", "transport", name, "why", why)
-	d.warnVolumeFS(context.Background())
+	d.warnVolumeFS()
 	return d, nil
 }
 

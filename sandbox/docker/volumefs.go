@@ -20,42 +20,52 @@ import (
 // 360-760 ms after a churn on this project's VMs, and 45 ms on a journaled ext4 after
 // the same churn. With a journal the check does not run.
 
-// VolumeFSWarning says what is wrong with the file system under Docker's workspace
-// volumes (root is the engine's DockerRootDir), or "" when nothing is or it can't be
-// told from here (a remote engine, cws in a container without that path).
-func VolumeFSWarning(root string) string {
+// VolumeFS is what the file system under Docker's workspace volumes is known to be.
+type VolumeFS int
+
+const (
+	VolumeFSUnknown VolumeFS = iota // not visible from here (a remote engine, cws in a container), or not told
+	VolumeFSFine                    // not ext4 without a journal
+	VolumeFSSlow                    // ext4 without a journal: see above
+)
+
+// CheckVolumeFS says what the file system under Docker's workspace volumes is (root is
+// the engine's DockerRootDir), with a warning to log when it is VolumeFSSlow.
+func CheckVolumeFS(root string) (VolumeFS, string) {
 	if root == "" {
-		return ""
+		return VolumeFSUnknown, ""
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return ""
+		return VolumeFSUnknown, ""
 	}
 	dir := filepath.Join(root, "volumes")
 	if _, err := os.Stat(dir); err != nil {
-		return ""
+		return VolumeFSUnknown, ""
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	src, ok := journalLess(mounts, "/sys/fs/ext4", dir)
-	if !ok {
-		return ""
+	src, state := journalLess(mounts, "/sys/dev/block", "/sys/fs/ext4", dir)
+	if state != VolumeFSSlow {
+		return state, ""
 	}
-	return fmt.Sprintf("workspace volumes (%s) are on ext4 without a journal (%s): creating files after deleting many gets slower with each file, which slows wakes, restores and forks", dir, src) +
+	return state, fmt.Sprintf("workspace volumes (%s) are on ext4 without a journal (%s): creating files after deleting many gets slower with each file, which slows wakes, restores and forks", dir, src) +
 		"; " + VolumeFSHint(dir)
 }
 
-// VolumeFSHint is what to do about VolumeFSWarning.
+// VolumeFSHint is what to do about a VolumeFSSlow.
 func VolumeFSHint(dir string) string {
 	return "put them on a journaled file system: mount one at " + dir + " before dockerd starts (`make deps` does it with a loop file), or add a journal to that ext4 while it is unmounted (tune2fs -j)"
 }
 
 // journalLess finds the mount holding dir in a /proc/self/mountinfo text and says
-// whether it is ext4 without a journal, as sysExt4 (/sys/fs/ext4) tells: the
-// journal_task of a file system without one reads "<none>".
-func journalLess(mountinfo []byte, sysExt4, dir string) (source string, ok bool) {
-	var best, fstype string
+// whether it is ext4 without a journal. sysExt4 (/sys/fs/ext4) tells, under the
+// kernel's name of the block device (dm-0 for /dev/mapper/vg-lv, vda for /dev/root),
+// which sysDevBlock (/sys/dev/block) gives for the mount's major:minor: the
+// journal_task of a file system without a journal reads "<none>".
+func journalLess(mountinfo []byte, sysDevBlock, sysExt4, dir string) (source string, state VolumeFS) {
+	var best, fstype, majmin string
 	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
 	for sc.Scan() {
 		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
@@ -74,16 +84,26 @@ func journalLess(mountinfo []byte, sysExt4, dir string) (source string, ok bool)
 		if !within(dir, mp) || len(mp) < len(best) {
 			continue
 		}
-		best, fstype, source = mp, f[sep+1], unescapeMount(f[sep+2])
+		best, majmin, fstype, source = mp, f[2], f[sep+1], unescapeMount(f[sep+2])
 	}
-	if best == "" || fstype != "ext4" || !strings.HasPrefix(source, "/dev/") {
-		return "", false
+	switch {
+	case best == "":
+		return "", VolumeFSUnknown
+	case fstype != "ext4":
+		return source, VolumeFSFine
 	}
-	task, err := os.ReadFile(path.Join(sysExt4, path.Base(source), "journal_task"))
+	link, err := os.Readlink(path.Join(sysDevBlock, majmin))
 	if err != nil {
-		return "", false
+		return source, VolumeFSUnknown
 	}
-	return source, strings.TrimSpace(string(task)) == "<none>"
+	task, err := os.ReadFile(path.Join(sysExt4, path.Base(link), "journal_task"))
+	if err != nil {
+		return source, VolumeFSUnknown
+	}
+	if strings.TrimSpace(string(task)) == "<none>" {
+		return source, VolumeFSSlow
+	}
+	return source, VolumeFSFine
 }
 
 // within says whether dir is mp or below it.
@@ -127,18 +147,21 @@ func octal3(s string) (byte, bool) {
 	return byte(v), true
 }
 
-// warnVolumeFS logs VolumeFSWarning for a local engine, once at start.
-func (d *Driver) warnVolumeFS(ctx context.Context) {
+// warnVolumeFS logs CheckVolumeFS's warning for a local engine, once, in the
+// background: New does not wait on the engine for it.
+func (d *Driver) warnVolumeFS() {
 	if !strings.HasPrefix(d.cli.DaemonHost(), "unix://") {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	info, err := d.cli.Info(ctx)
-	if err != nil {
-		return
-	}
-	if w := VolumeFSWarning(info.DockerRootDir); w != "" {
-		d.log.Warn(w)
-	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		info, err := d.cli.Info(ctx)
+		if err != nil {
+			return
+		}
+		if _, w := CheckVolumeFS(info.DockerRootDir); w != "" {
+			d.log.Warn(w)
+		}
+	}()
 }
