@@ -144,11 +144,18 @@ func TestJournaled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "lost+found")); err == nil {
 		t.Error("lost+found is there: Docker would list it as a volume")
 	}
-	if fi, err := os.Stat(img); err != nil {
-		t.Fatal(err)
-	} else if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
-		t.Errorf("the image is sparse (%d of %d bytes allocated): a full host would lose writes to it", st.Blocks*512, fi.Size())
+	whole := func(when string) {
+		t.Helper()
+		if fi, err := os.Stat(img); err != nil {
+			t.Fatal(err)
+		} else if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
+			t.Errorf("%s: the image is sparse (%d of %d bytes allocated): a full host would lose writes to it", when, st.Blocks*512, fi.Size())
+		}
 	}
+	whole("made")
+	// An fstrim (weekly on systemd hosts) must not punch the free blocks out of it.
+	_ = exec.Command("fstrim", dir).Run()
+	whole("after fstrim")
 	if fs := strings.TrimSpace(sh(t, "findmnt -no FSTYPE "+shq(dir))); fs != "ext4" {
 		t.Errorf("mounted file system %q", fs)
 	}
@@ -160,14 +167,21 @@ func TestJournaled(t *testing.T) {
 		t.Errorf("left underneath: %v", left)
 	}
 
-	// Again, unmounted with nothing underneath (a boot): mounted again, files intact.
+	// Again, unmounted with nothing underneath (a boot), the image sparse (an older
+	// journaled.sh made it so): its holes filled, mounted again, files intact.
+	sh(t, "fallocate --dig-holes "+shq(img))
 	if out, code = r.journaled(dir, img); code != 0 || !r.mounted(dir) || !equalMaps(readTree(t, dir), files) {
 		t.Fatalf("remount: exit %d, mounted %v: %s", code, r.mounted(dir), out)
 	}
-	// Mounted: nothing to do.
+	whole("mounted again")
+	// Mounted: nothing to say, and the image kept whole.
+	sh(t, "umount "+shq(dir)+" && fallocate --dig-holes "+shq(img)+" && mount -o loop,discard "+shq(img)+" "+shq(dir))
 	if out, code = r.journaled(dir, img); code != 0 || out != "" {
 		t.Errorf("mounted already: exit %d: %q", code, out)
 	}
+	whole("mounted already, sparse")
+	_ = exec.Command("fstrim", dir).Run()
+	whole("mounted with discard, after fstrim")
 
 	// Unmounted, and a dockerd meanwhile wrote its own metadata.db underneath: both
 	// are left alone (merging would overwrite the volumes' labels), and it says how.

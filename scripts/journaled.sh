@@ -10,9 +10,12 @@
 # others went, so the workspace volumes go on a journaled ext4 kept in a file (loop).
 # CWS_VOLUMES_FS=host keeps them where they are.
 #
-# The file is allocated whole (fallocate, not sparse): a sparse one would promise room
-# the host may not have, and a write that found none would be lost at writeback, with
-# no error to the writer.
+# The file is kept whole (allocated, never sparse): a sparse one would promise room the
+# host may not have, and a write that found none would be lost at writeback, with no
+# error to the writer. So: fallocate, mkfs without discards and with its inode tables
+# written (lazy init would punch them out through the loop device), holes filled again
+# before every mount and on every run, and discards off on the loop device (an fstrim,
+# weekly on systemd hosts, would punch out every free block).
 
 # journal_less DIR: true when DIR sits on ext4 without a journal.
 journal_less() {
@@ -22,6 +25,18 @@ journal_less() {
 	# /sys/fs/ext4 names the kernel's block device (dm-0, not /dev/mapper/vg-lv).
 	dev=$(basename "$(readlink -f "/sys/dev/block/$majmin")") || return 1
 	[ "$(cat "/sys/fs/ext4/$dev/journal_task" 2>/dev/null)" = "<none>" ]
+}
+
+# keep_whole IMG [DIR]: fill IMG's holes (an image of an older journaled.sh, or one
+# trimmed since) and, when DIR is mounted from it, turn discards off on its loop device.
+keep_whole() {
+	local img=$1 dir=${2:-} dev
+	fallocate -l "$(stat -c %s "$img")" "$img"
+	[ -n "$dir" ] || return 0
+	dev=$(findmnt -fno SOURCE "$dir") || return 0
+	case $dev in
+	/dev/loop*) echo 0 >"/sys/block/${dev#/dev/}/queue/discard_max_bytes" 2>/dev/null || true ;;
+	esac
 }
 
 # journaled DIR IMG SAY [BUSY]: mount a journaled ext4 kept in IMG over DIR when DIR is
@@ -38,7 +53,13 @@ journaled() {
 	local dir=$1 img=$2 say=$3 busy=${4:-}
 	[ "${CWS_VOLUMES_FS:-}" = host ] && return 0
 	mkdir -p "$dir"
-	mountpoint -q "$dir" && return 0
+	if mountpoint -q "$dir"; then
+		# Ours from a run before: kept whole.
+		if [ -e "$img" ] && [ "$(findmnt -fno SOURCE "$dir" | xargs -r losetup -nO BACK-FILE 2>/dev/null)" = "$(readlink -f "$img")" ]; then
+			keep_whole "$img" "$dir"
+		fi
+		return 0
+	fi
 	journal_less "$dir" || return 0
 	if [ -n "$busy" ] && pgrep -f -- "$busy" >/dev/null 2>&1; then
 		$say "$dir is on ext4 without a journal (slow to create files after deletes), but processes that may use it run ($busy): left as it is; stop them and run this again"
@@ -64,25 +85,34 @@ journaled() {
 			return 0
 		fi
 		rm -f "$img.new"
-		if ! fallocate -l "${size}M" "$img.new" || ! mkfs.ext4 -q -F -m 0 -E nodiscard "$img.new"; then
+		if ! fallocate -l "${size}M" "$img.new" ||
+			! mkfs.ext4 -q -F -m 0 -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$img.new"; then
 			rm -f "$img.new"
 			$say "could not make $img: $dir left as it is"
 			return 0
 		fi
-		if [ -n "$full" ]; then
-			tmp=$(mktemp -d)
-			mount -o loop "$img.new" "$tmp"
-			if ! cp -a "$dir/." "$tmp/"; then
-				umount "$tmp"
-				rmdir "$tmp"
-				rm -f "$img.new"
-				$say "copying $dir into $img failed: $dir left as it is"
-				return 0
-			fi
+		# Mounted once aside first, contents or not: a host that can't mount it (no loop
+		# devices) keeps DIR as it is, and no image is left to stand in its way.
+		tmp=$(mktemp -d)
+		if ! mount -o loop "$img.new" "$tmp"; then
+			rmdir "$tmp"
+			rm -f "$img.new"
+			$say "could not mount a loop file here: $dir left as it is"
+			return 0
+		fi
+		if [ -n "$full" ] && ! cp -a "$dir/." "$tmp/"; then
 			umount "$tmp"
 			rmdir "$tmp"
+			rm -f "$img.new"
+			$say "copying $dir into $img failed: $dir left as it is"
+			return 0
 		fi
+		umount "$tmp"
+		rmdir "$tmp"
 		mv "$img.new" "$img"
+		# The image and its name on disk before the originals go (the host has no
+		# journal to order them).
+		sync
 		# Its files are in the image now; what stays underneath would only be hidden.
 		[ -z "$full" ] || find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
 	else
@@ -95,6 +125,7 @@ journaled() {
 			return 1
 		fi
 	fi
+	keep_whole "$img"
 	if ! mount -o loop "$img" "$dir"; then
 		$say "mounting $img on $dir failed (it holds $dir's files from before): nothing mounted. See dmesg; move $img aside to start an empty one"
 		return 1
@@ -102,7 +133,8 @@ journaled() {
 	# mkfs's lost+found would read as a volume named lost+found to Docker; e2fsck makes
 	# it again when it needs one.
 	rmdir "$dir/lost+found" 2>/dev/null || true
+	keep_whole "$img" "$dir"
 	if [ "${JOURNALED_FSTAB:-}" = 1 ] && [ -w /etc/fstab ] && ! grep -qF " $dir ext4 " /etc/fstab; then
-		printf '%s %s ext4 loop,nofail 0 0 # cws (scripts/journaled.sh)\n' "$img" "$dir" >>/etc/fstab
+		printf '%s %s ext4 loop,nofail,x-systemd.before=docker.service 0 0 # cws (scripts/journaled.sh)\n' "$img" "$dir" >>/etc/fstab
 	fi
 }

@@ -187,7 +187,7 @@ func (d *doctor) docker(ctx context.Context, o doctorOptions) {
 }
 
 // volumeFS says whether the workspace volumes sit on a file system that creates
-// files fast after deletes (see docker.VolumeFSWarning), when the engine is local.
+// files fast after deletes (see docker.CheckVolumeFS), when the engine is local.
 func (d *doctor) volumeFS(dockerHost, root string) {
 	if !strings.HasPrefix(dockerHost, "unix://") {
 		d.skip("workspace volumes' file system: the Docker engine at %s is remote, not checked here", dockerHost)
