@@ -27,11 +27,13 @@ journal_less() {
 	[ "$(cat "/sys/fs/ext4/$dev/journal_task" 2>/dev/null)" = "<none>" ]
 }
 
-# keep_whole IMG [DIR]: fill IMG's holes (an image of an older journaled.sh, or one
-# trimmed since) and, when DIR is mounted from it, turn discards off on its loop device.
+# keep_whole IMG SAY [DIR]: fill IMG's holes (an image of an older journaled.sh, or one
+# trimmed since), or say that it can't, and, when DIR is mounted from it, turn discards
+# off on its loop device.
 keep_whole() {
-	local img=$1 dir=${2:-} dev
-	fallocate -l "$(stat -c %s "$img")" "$img"
+	local img=$1 say=$2 dir=${3:-} dev
+	fallocate -l "$(stat -c %s "$img")" "$img" 2>/dev/null ||
+		$say "could not allocate all of $img (is the host full?): what its file system holds beyond the host's room may be lost; free some space and run this again"
 	[ -n "$dir" ] || return 0
 	dev=$(findmnt -fno SOURCE "$dir") || return 0
 	case $dev in
@@ -56,7 +58,7 @@ journaled() {
 	if mountpoint -q "$dir"; then
 		# Ours from a run before: kept whole.
 		if [ -e "$img" ] && [ "$(findmnt -fno SOURCE "$dir" | xargs -r losetup -nO BACK-FILE 2>/dev/null)" = "$(readlink -f "$img")" ]; then
-			keep_whole "$img" "$dir"
+			keep_whole "$img" "$say" "$dir"
 		fi
 		return 0
 	fi
@@ -125,7 +127,7 @@ journaled() {
 			return 1
 		fi
 	fi
-	keep_whole "$img"
+	keep_whole "$img" "$say"
 	if ! mount -o loop "$img" "$dir"; then
 		$say "mounting $img on $dir failed (it holds $dir's files from before): nothing mounted. See dmesg; move $img aside to start an empty one"
 		return 1
@@ -133,7 +135,7 @@ journaled() {
 	# mkfs's lost+found would read as a volume named lost+found to Docker; e2fsck makes
 	# it again when it needs one.
 	rmdir "$dir/lost+found" 2>/dev/null || true
-	keep_whole "$img" "$dir"
+	keep_whole "$img" "$say" "$dir"
 	if [ "${JOURNALED_FSTAB:-}" = 1 ] && [ -w /etc/fstab ] && ! grep -qF " $dir ext4 " /etc/fstab; then
 		printf '%s %s ext4 loop,nofail,x-systemd.before=docker.service 0 0 # cws (scripts/journaled.sh)\n' "$img" "$dir" >>/etc/fstab
 	fi
