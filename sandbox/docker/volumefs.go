@@ -17,7 +17,7 @@ import (
 // a journal the kernel skips every inode freed in the last 30-330 s when it picks one
 // (recently_deleted in fs/ext4/ialloc.c), one buffer lookup each, so each new file
 // costs more than the last: a 2,000-file tar -x took 45 ms on a fresh tree and
-// 360-760 ms after a churn on this project's VMs, and 45 ms on a journaled ext4 after
+// 360-760 ms after a churn on this project's VMs, and 40-53 ms on a journaled ext4 after
 // the same churn. With a journal the check does not run.
 
 // VolumeFS is what the file system under Docker's workspace volumes is known to be.
