@@ -35,8 +35,10 @@ func newJournaledRig(t *testing.T) *journaledRig {
 	}
 	dir := t.TempDir()
 	img, host := filepath.Join(dir, "host.img"), filepath.Join(dir, "host")
-	// 8 GiB sparse: room for an image of a third of it (the script wants 2 GiB).
-	sh(t, "truncate -s 8G "+img+" && mkfs.ext4 -q -F -O ^has_journal "+img+" && mkdir "+host+" && mount -o loop "+img+" "+host)
+	// 1 GiB sparse, and images of a third of it (JOURNALED_MIN_MIB): small, so that
+	// the image's inode tables and journal, written whole, and its fsync weigh little
+	// on the disk the other tests share.
+	sh(t, "truncate -s 1G "+img+" && mkfs.ext4 -q -F -O ^has_journal "+img+" && mkdir "+host+" && mount -o loop "+img+" "+host)
 	t.Cleanup(func() {
 		// Whatever the script mounted under it first, then it.
 		out, _ := exec.Command("sh", "-c", "findmnt -rno TARGET | grep -F '"+host+"/' | sort -r").Output()
@@ -61,7 +63,7 @@ func (r *journaledRig) journaled(dir, img string, extra ...string) (string, int)
 		script += " " + shq(e)
 	}
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Env = append(os.Environ(), "CWS_VOLUMES_FS=")
+	cmd.Env = append(os.Environ(), "CWS_VOLUMES_FS=", "JOURNALED_MIN_MIB=64")
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -218,8 +220,9 @@ func TestJournaled(t *testing.T) {
 		t.Errorf("the broken image was touched: %v %v", fi, err)
 	}
 
-	// No room for an image twice the directory's size plus 2 GiB: left as it is.
-	sh(t, "fallocate -l $(( $(df -B1M --output=avail "+shq(r.host)+" | tail -1) - 1024 ))M "+shq(filepath.Join(r.host, "filler")))
+	// No room for an image twice the directory's size plus JOURNALED_MIN_MIB: left as
+	// it is.
+	sh(t, "fallocate -l $(( $(df -B1M --output=avail "+shq(r.host)+" | tail -1) - 100 ))M "+shq(filepath.Join(r.host, "filler")))
 	out, code = r.journaled(filepath.Join(r.host, "other"), filepath.Join(r.host, "other.ext4"))
 	if code != 0 || r.mounted(filepath.Join(r.host, "other")) || !strings.Contains(out, "MiB free") {
 		t.Errorf("no room: exit %d: %s", code, out)

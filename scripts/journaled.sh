@@ -47,7 +47,8 @@ keep_whole() {
 # what DIR holds is copied into it, then removed from under it. Nothing is done when
 # DIR is a mount point already, CWS_VOLUMES_FS=host, processes matching the pgrep -f
 # pattern BUSY run (they may have DIR's files open or mounted), or both DIR and an IMG
-# from before hold files (it says how to merge them). It fails only when IMG exists
+# from before hold files (it says how to merge them). JOURNALED_MIN_MIB (2048) is the
+# room an image gets beyond twice DIR's size, at least (tests make small ones). It fails only when IMG exists
 # and can't be mounted: DIR's files from before are in it. SAY is the caller's logger.
 # With JOURNALED_FSTAB=1 it also adds IMG to /etc/fstab (nofail), so that a dockerd
 # started at boot finds the volumes where they were.
@@ -82,7 +83,7 @@ journaled() {
 		need=$(du -sm "$dir" | cut -f1)
 		size=$((avail / 3))
 		[ "$size" -gt 32768 ] && size=32768
-		if [ "$size" -lt $((need * 2 + 2048)) ]; then
+		if [ "$size" -lt $((need * 2 + ${JOURNALED_MIN_MIB:-2048})) ]; then
 			$say "only ${avail} MiB free beside $img for $dir's ${need} MiB: left as it is"
 			return 0
 		fi
@@ -113,8 +114,8 @@ journaled() {
 		rmdir "$tmp"
 		mv "$img.new" "$img"
 		# The image and its name on disk before the originals go (the host has no
-		# journal to order them).
-		sync
+		# journal to order them): those two, not every file system's dirty pages.
+		sync "$img" "$(dirname "$img")"
 		# Its files are in the image now; what stays underneath would only be hidden.
 		[ -z "$full" ] || find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
 	else
