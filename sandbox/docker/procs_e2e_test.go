@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
 	"github.com/cwsdev/cws/sandbox"
 	"github.com/cwsdev/cws/sandbox/agent"
 	"github.com/cwsdev/cws/version"
@@ -119,7 +122,14 @@ func procsSurviveServe(t *testing.T, e *e2eEnv) {
 	}
 	end := waitEnd(t, ctx, e.c, ender.ID)
 	if end.Proc.ExitCode == nil || *end.Proc.ExitCode != 7 || string(end.Stdout) != "bye\n" {
-		t.Errorf("the process that exited after its serve died: %+v, stdout %q; want exit 7, bye", end.Proc, end.Stdout)
+		code := "none"
+		if end.Proc.ExitCode != nil {
+			code = strconv.Itoa(*end.Proc.ExitCode)
+		}
+		// What init, serve and the keeper said about it (a rare failure in CI: the
+		// keeper's 5 s wait for init's word ran out).
+		t.Errorf("the process that exited after its serve died: exit %s, %+v, stdout %q; want exit 7, bye\ncontainer log:\n%s",
+			code, end.Proc, end.Stdout, containerLogTail(e, 80))
 	}
 
 	// killProcess stops a process the new serve did not start.
@@ -238,4 +248,21 @@ func consecutive(s, word string) error {
 func procNumber(id string) int {
 	n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(id, "-", 2)[0], "p"))
 	return n
+}
+
+// containerLogTail is the last n lines the container wrote (init, serve and the
+// keeper log there), for a failure's message.
+func containerLogTail(e *e2eEnv, n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := e.d.cli.ContainerLogs(ctx, e.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Tail: strconv.Itoa(n)})
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	var out strings.Builder
+	if _, err := stdcopy.StdCopy(&out, &out, rc); err != nil {
+		out.WriteString("(log cut: " + err.Error() + ")")
+	}
+	return out.String()
 }
