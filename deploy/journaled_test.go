@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,8 +48,8 @@ func newJournaledRig(t *testing.T) *journaledRig {
 		}
 		_ = exec.Command("umount", host).Run()
 	})
-	if out := sh(t, ". "+filepath.Join(repoRoot(t), "scripts/journaled.sh")+"; journal_less "+host+" && echo slow || echo fine"); strings.TrimSpace(out) != "slow" {
-		t.Skipf("this kernel does not report a journal-less ext4 as such (/sys/fs/ext4/*/journal_task): %q", out)
+	if journalLess(t, host) != "slow" {
+		t.Skip("this kernel does not report a journal-less ext4 as such (/sys/fs/ext4/*/journal_task)")
 	}
 	return &journaledRig{t: t, host: host}
 }
@@ -78,13 +79,16 @@ func (r *journaledRig) mounted(dir string) bool {
 	return exec.Command("mountpoint", "-q", dir).Run() == nil
 }
 
+// journalLess is what the script's journal_less says of dir: "slow" or "fine".
+func journalLess(t *testing.T, dir string) string {
+	t.Helper()
+	return strings.TrimSpace(sh(t, ". "+shq(filepath.Join(repoRoot(t), "scripts/journaled.sh"))+"; journal_less "+shq(dir)+" && echo slow || echo fine"))
+}
+
+// sh runs a bash script and returns its output; a failure fails the test.
 func sh(t *testing.T, script string) string {
 	t.Helper()
-	out, err := exec.Command("bash", "-c", script).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", script, err, out)
-	}
-	return string(out)
+	return command{}.must(t, "bash", "-c", script)
 }
 
 func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -140,7 +144,7 @@ func TestJournaled(t *testing.T) {
 	if code != 0 || !r.mounted(dir) {
 		t.Fatalf("first: exit %d, mounted %v: %s", code, r.mounted(dir), out)
 	}
-	if got := readTree(t, dir); !equalMaps(got, files) {
+	if got := readTree(t, dir); !maps.Equal(got, files) {
 		t.Errorf("after the move: %v, want %v", got, files)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "lost+found")); err == nil {
@@ -161,8 +165,8 @@ func TestJournaled(t *testing.T) {
 	if fs := strings.TrimSpace(sh(t, "findmnt -no FSTYPE "+shq(dir))); fs != "ext4" {
 		t.Errorf("mounted file system %q", fs)
 	}
-	if out := sh(t, ". "+filepath.Join(repoRoot(t), "scripts/journaled.sh")+"; journal_less "+shq(dir)+" && echo slow || echo fine"); strings.TrimSpace(out) != "fine" {
-		t.Errorf("the mounted file system still has no journal: %s", out)
+	if got := journalLess(t, dir); got != "fine" {
+		t.Errorf("the mounted file system still has no journal: %s", got)
 	}
 	sh(t, "umount "+shq(dir))
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
@@ -172,7 +176,7 @@ func TestJournaled(t *testing.T) {
 	// Again, unmounted with nothing underneath (a boot), the image sparse (an older
 	// journaled.sh made it so): its holes filled, mounted again, files intact.
 	sh(t, "fallocate --dig-holes "+shq(img))
-	if out, code = r.journaled(dir, img); code != 0 || !r.mounted(dir) || !equalMaps(readTree(t, dir), files) {
+	if out, code = r.journaled(dir, img); code != 0 || !r.mounted(dir) || !maps.Equal(readTree(t, dir), files) {
 		t.Fatalf("remount: exit %d, mounted %v: %s", code, r.mounted(dir), out)
 	}
 	whole("mounted again")
@@ -201,7 +205,7 @@ func TestJournaled(t *testing.T) {
 	sh(t, "mkdir -p /tmp/cws-jt && mount -o loop,ro "+shq(img)+" /tmp/cws-jt")
 	inImg := readTree(t, "/tmp/cws-jt")
 	sh(t, "umount /tmp/cws-jt && rmdir /tmp/cws-jt")
-	if !equalMaps(inImg, files) {
+	if !maps.Equal(inImg, files) {
 		t.Errorf("the image's files changed: %v", inImg)
 	}
 	if err := os.Remove(filepath.Join(dir, "metadata.db")); err != nil {
@@ -230,16 +234,4 @@ func TestJournaled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.host, "other.ext4")); err == nil {
 		t.Error("an image was made without room for it")
 	}
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }
