@@ -73,12 +73,8 @@ func (d *Driver) startContainer(ctx context.Context, id, image string) error {
 
 func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {
 	suffix := d.agentVolume[len("cws-agent-"):]
-	// VolumeCreate is idempotent: an existing volume of that name is returned as is.
-	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{
-		Name:   d.agentVolume,
-		Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: suffix},
-	}); err != nil {
-		return fmt.Errorf("create volume: %w", err)
+	if err := d.labeledAgentVolume(ctx, suffix); err != nil {
+		return err
 	}
 
 	id, err := d.createFiller(ctx, image, suffix)
@@ -110,6 +106,35 @@ func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {
 		return fmt.Errorf("copy agent into volume: %w", err)
 	}
 	d.log.Info("agent volume filled", "volume", d.agentVolume, "image", image, "bytes", d.agentSize)
+	return nil
+}
+
+// labeledAgentVolume creates the agent volume with its labels, or finds it. VolumeCreate
+// returns an existing volume as it is, and one the engine made itself has no labels: a
+// container created while the volume was gone (pruned behind cws's back, or removed by
+// another build's PruneAgentVolumes in a race with a create) makes an empty one of that
+// name. Unlabeled, no prune would ever find it again, so it is replaced by a labeled one
+// when no container uses it; when one does, it stays as it is until the next fill.
+func (d *Driver) labeledAgentVolume(ctx context.Context, suffix string) error {
+	labels := map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: suffix}
+	v, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: d.agentVolume, Labels: labels})
+	if err != nil {
+		return fmt.Errorf("create volume: %w", err)
+	}
+	if v.Labels[sandbox.LabelManaged] == "true" && v.Labels[sandbox.LabelAgent] == suffix {
+		return nil
+	}
+	switch err := d.cli.VolumeRemove(ctx, d.agentVolume, false); {
+	case cerrdefs.IsConflict(err):
+		d.log.Info("agent volume has no labels (the engine made it); it is relabeled once no container uses it", "volume", d.agentVolume)
+		return nil
+	case err != nil && !cerrdefs.IsNotFound(err):
+		return fmt.Errorf("replace unlabeled volume: %w", err)
+	}
+	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: d.agentVolume, Labels: labels}); err != nil {
+		return fmt.Errorf("create volume: %w", err)
+	}
+	d.log.Info("agent volume had no labels (the engine made it): made again with them", "volume", d.agentVolume)
 	return nil
 }
 

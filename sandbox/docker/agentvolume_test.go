@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/cwsdev/cws/sandbox"
@@ -97,7 +99,54 @@ func TestAgentVolumeRemovedBehindCWS(t *testing.T) {
 	if err := cli.VolumeRemove(t.Context(), d.AgentVolume(), false); err != nil {
 		t.Fatalf("remove the unused agent volume: %v", err)
 	}
+	// The create made the engine make an empty, unlabeled volume; the refill can't
+	// replace it while that sandbox uses it. The next driver's fill, once it is gone, does.
+	second := create()
+	if err := d.Remove(t.Context(), second.ID); err != nil {
+		t.Fatal(err)
+	}
+	d = newDriverWith(t, Config{AgentBinary: path})
 	create()
+	checkAgentLabels(t, cli, d)
+}
+
+// TestAgentVolumeUnlabeled starts a driver whose agent volume is there without labels (an
+// engine-made one, as `docker run -v` or a create racing a prune leaves): its first fill
+// gives it its labels back, and its sandboxes' agents answer.
+func TestAgentVolumeUnlabeled(t *testing.T) {
+	cli := requireDocker(t)
+	requireImage(t, cli, version.TestImage)
+	path, bin := privateAgent(t)
+	d := newDriverWith(t, Config{AgentBinary: path})
+	removeAgentVolumeAtEnd(t, cli, d)
+	if _, err := cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: d.AgentVolume()}); err != nil {
+		t.Fatal(err)
+	}
+	writeAgent(t, cli, d.AgentVolume(), bin)
+	spec := sandbox.Spec{Session: uniq("s-unlabeled"), Tenant: "t-agentvol", Image: version.TestImage}
+	cleanupSession(t, cli, spec.Session)
+	info, err := d.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := d.pingAgent(t.Context(), info.ID); err != nil {
+		t.Fatalf("agent of %s: %v", info.ID, err)
+	}
+	checkAgentLabels(t, cli, d)
+	if got, _ := readAgent(t, cli, d.AgentVolume()); !bytes.Equal(got, bin) {
+		t.Errorf("agent in the relabeled volume: %d bytes, want %d", len(got), len(bin))
+	}
+}
+
+func checkAgentLabels(t *testing.T, cli *client.Client, d *Driver) {
+	t.Helper()
+	v, err := cli.VolumeInspect(t.Context(), d.AgentVolume())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimPrefix(d.AgentVolume(), "cws-agent-"); v.Labels[sandbox.LabelManaged] != "true" || v.Labels[sandbox.LabelAgent] != want {
+		t.Errorf("agent volume %s labels = %v, want %s=true %s=%s", v.Name, v.Labels, sandbox.LabelManaged, sandbox.LabelAgent, want)
+	}
 }
 
 // privateAgent writes a variant of the test agent (trailing bytes change its hash, not
