@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -73,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *list {
 		for _, s := range ordered() {
 			fmt.Fprintf(stdout, "%-10s %s\n", s.Name, s.Doc)
+		}
+		for _, k := range slices.Sorted(maps.Keys(aliases)) {
+			fmt.Fprintf(stdout, "%-10s the sections %s\n", k, strings.Join(aliases[k], " and "))
 		}
 		return nil
 	}
@@ -171,17 +175,37 @@ func choose(only string) ([]section, error) {
 	var out []section
 	for name := range strings.SplitSeq(only, ",") {
 		name = strings.TrimSpace(name)
-		i := slices.IndexFunc(all, func(s section) bool { return s.Name == name })
-		if i < 0 {
-			names := make([]string, len(all))
-			for j, s := range all {
-				names[j] = s.Name
-			}
-			return nil, fmt.Errorf("no section %q (have %s)", name, strings.Join(names, ", "))
+		names := []string{name}
+		if a, ok := aliases[name]; ok {
+			names = a
 		}
-		out = append(out, all[i])
+		for _, name := range names {
+			i := slices.IndexFunc(all, func(s section) bool { return s.Name == name })
+			if i < 0 {
+				have := make([]string, len(all))
+				for j, s := range all {
+					have[j] = s.Name
+				}
+				return nil, fmt.Errorf("no section %q (have %s; and %s)", name, strings.Join(have, ", "), aliasList())
+			}
+			if !slices.ContainsFunc(out, func(s section) bool { return s.Name == name }) {
+				out = append(out, all[i])
+			}
+		}
 	}
 	return out, nil
+}
+
+// aliases name groups of sections, as issues and docs name them: mcpload is the call
+// load (one session's p50 and 50 sessions from cws's own process and from a separate one).
+var aliases = map[string][]string{"mcpload": {"mcp", "mcpproc"}}
+
+func aliasList() string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(aliases)) {
+		out = append(out, k+" = "+strings.Join(aliases[k], "+"))
+	}
+	return strings.Join(out, ", ")
 }
 
 // buildAgent builds the static agent into dir, from the module the command runs in.

@@ -30,7 +30,11 @@ func TestChoose(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].Name != "create" || got[1].Name != "read" {
 		t.Errorf("choose(create, read) = %v, %v; want both, in the order asked", got, err)
 	}
-	if _, err := choose("nope"); err == nil || !strings.Contains(err.Error(), "read") {
+	got, err = choose("mcpload,mcp")
+	if err != nil || len(got) != 2 || got[0].Name != "mcp" || got[1].Name != "mcpproc" {
+		t.Errorf("choose(mcpload,mcp) = %v, %v; want mcp and mcpproc, once each", got, err)
+	}
+	if _, err := choose("nope"); err == nil || !strings.Contains(err.Error(), "read") || !strings.Contains(err.Error(), "mcpload") {
 		t.Errorf("choose(nope) = %v, want an error listing the sections", err)
 	}
 }

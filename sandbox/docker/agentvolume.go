@@ -54,10 +54,10 @@ func (d *Driver) ensureAgentVolume(ctx context.Context, image string) error {
 // startContainer starts container id (made from image), which mounts the agent volume.
 // The volume can vanish behind cws's back once no container uses it: `docker volume
 // prune`, or another cws build's PruneAgentVolumes while this one's sessions are all
-// suspended or archived. The engine then makes an empty volume of that name at create,
-// and the start fails on the missing agent binary. startContainer then fills the
-// volume again (ensureAgentVolume checks, it no longer trusts its memory) and starts
-// once more, so the caller never sees it.
+// suspended or archived. The engine then makes an empty volume of that name at create
+// (with the agent volume's labels: agentMount), and the start fails on the missing
+// agent binary. startContainer then fills the volume again (ensureAgentVolume checks,
+// it no longer trusts its memory) and starts once more, so the caller never sees it.
 func (d *Driver) startContainer(ctx context.Context, id, image string) error {
 	err := d.cli.ContainerStart(ctx, id, container.StartOptions{})
 	if err == nil || !strings.Contains(err.Error(), agentPath) {
@@ -73,7 +73,7 @@ func (d *Driver) startContainer(ctx context.Context, id, image string) error {
 
 func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {
 	suffix := d.agentVolume[len("cws-agent-"):]
-	if err := d.labeledAgentVolume(ctx, suffix); err != nil {
+	if err := d.labeledAgentVolume(ctx); err != nil {
 		return err
 	}
 
@@ -109,33 +109,72 @@ func (d *Driver) fillAgentVolume(ctx context.Context, image string) error {
 	return nil
 }
 
+// agentLabels are the agent volume's labels, set where it is made: by the fill, and by
+// the engine when a container's mount finds the volume gone (agentMount).
+func (d *Driver) agentLabels() map[string]string {
+	l := map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: d.agentVolume[len("cws-agent-"):]}
+	if k, v, ok := strings.Cut(d.agentPruneLabel, "="); ok { // tests
+		l[k] = v
+	}
+	return l
+}
+
+// agentMount mounts the agent volume at the agent directory. Should the volume be gone
+// when the container is made (`docker volume prune`, or another build's
+// PruneAgentVolumes, while no container used it), the engine makes an empty one with
+// these labels, which startContainer then fills.
+func (d *Driver) agentMount(readOnly bool) mount.Mount {
+	return mount.Mount{
+		Type: mount.TypeVolume, Source: d.agentVolume, Target: sandbox.AgentDir, ReadOnly: readOnly,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true, Labels: d.agentLabels()},
+	}
+}
+
 // labeledAgentVolume creates the agent volume with its labels, or finds it. VolumeCreate
-// returns an existing volume as it is, and one the engine made itself has no labels: a
-// container created while the volume was gone (pruned behind cws's back, or removed by
-// another build's PruneAgentVolumes in a race with a create) makes an empty one of that
-// name. Unlabeled, no prune would ever find it again, so it is replaced by a labeled one
-// when no container uses it; when one does, it stays as it is until the next fill.
-func (d *Driver) labeledAgentVolume(ctx context.Context, suffix string) error {
-	labels := map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: suffix}
+// returns an existing volume as it is, so one found without its labels (made by a plain
+// `docker run -v`, or left by a Docker whose volume metadata was lost: the engine then
+// lists the directory with no labels) is never pruned. It is made again with them when
+// no container uses it and it is a plain local volume; otherwise it is left as it is.
+func (d *Driver) labeledAgentVolume(ctx context.Context) error {
+	labels := d.agentLabels()
 	v, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: d.agentVolume, Labels: labels})
 	if err != nil {
 		return fmt.Errorf("create volume: %w", err)
 	}
-	if v.Labels[sandbox.LabelManaged] == "true" && v.Labels[sandbox.LabelAgent] == suffix {
+	if agentLabeled(v.Labels, labels) {
+		return nil
+	}
+	if v.Driver != "local" || len(v.Options) > 0 {
+		d.log.Warn("agent volume has no cws labels and options of its own: left as it is (cws will never prune it)", "volume", d.agentVolume, "driver", v.Driver)
 		return nil
 	}
 	switch err := d.cli.VolumeRemove(ctx, d.agentVolume, false); {
 	case cerrdefs.IsConflict(err):
-		d.log.Info("agent volume has no labels (the engine made it); it is relabeled once no container uses it", "volume", d.agentVolume)
+		d.log.Warn("agent volume has no cws labels but is in use: left as it is until no container uses it", "volume", d.agentVolume)
 		return nil
 	case err != nil && !cerrdefs.IsNotFound(err):
-		return fmt.Errorf("replace unlabeled volume: %w", err)
+		return fmt.Errorf("replace the unlabeled volume: %w", err)
 	}
-	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: d.agentVolume, Labels: labels}); err != nil {
+	if v, err = d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: d.agentVolume, Labels: labels}); err != nil {
 		return fmt.Errorf("create volume: %w", err)
 	}
-	d.log.Info("agent volume had no labels (the engine made it): made again with them", "volume", d.agentVolume)
+	if !agentLabeled(v.Labels, labels) {
+		// A container of another replica made it again in between, without labels (an
+		// older cws): the fill below still gives it the binary.
+		d.log.Warn("agent volume made again without cws labels in between", "volume", d.agentVolume)
+		return nil
+	}
+	d.log.Info("agent volume had no cws labels: made again with them", "volume", d.agentVolume)
 	return nil
+}
+
+func agentLabeled(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // createFiller creates (never starts) the throwaway container that mounts the agent
@@ -155,10 +194,7 @@ func (d *Driver) createFiller(ctx context.Context, image, suffix string) (string
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,
-		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: d.agentVolume, Target: sandbox.AgentDir,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-		}},
+		Mounts:         []mount.Mount{d.agentMount(false)},
 	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
 	if err != nil {

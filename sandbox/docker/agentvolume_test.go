@@ -99,20 +99,15 @@ func TestAgentVolumeRemovedBehindCWS(t *testing.T) {
 	if err := cli.VolumeRemove(t.Context(), d.AgentVolume(), false); err != nil {
 		t.Fatalf("remove the unused agent volume: %v", err)
 	}
-	// The create made the engine make an empty, unlabeled volume; the refill can't
-	// replace it while that sandbox uses it. The next driver's fill, once it is gone, does.
-	second := create()
-	if err := d.Remove(t.Context(), second.ID); err != nil {
-		t.Fatal(err)
-	}
-	d = newDriverWith(t, Config{AgentBinary: path})
+	// The create made the engine make the volume again, empty, from the mount (which
+	// carries its labels); the start found no agent and the driver filled it.
 	create()
 	checkAgentLabels(t, cli, d)
 }
 
-// TestAgentVolumeUnlabeled starts a driver whose agent volume is there without labels (an
-// engine-made one, as `docker run -v` or a create racing a prune leaves): its first fill
-// gives it its labels back, and its sandboxes' agents answer.
+// TestAgentVolumeUnlabeled starts a driver whose agent volume is there without labels (a
+// `docker run -v` made it, or Docker lost its volumes' metadata): its first fill gives
+// it its labels back, and its sandboxes' agents answer.
 func TestAgentVolumeUnlabeled(t *testing.T) {
 	cli := requireDocker(t)
 	requireImage(t, cli, version.TestImage)
@@ -122,7 +117,21 @@ func TestAgentVolumeUnlabeled(t *testing.T) {
 	if _, err := cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: d.AgentVolume()}); err != nil {
 		t.Fatal(err)
 	}
-	writeAgent(t, cli, d.AgentVolume(), bin)
+	writeAgent(t, cli, d.AgentVolume(), bin[:10])
+	// In use (a container mounts it): left as it is, but filled.
+	withVolume(t, cli, d.AgentVolume(), func(string) {
+		if err := d.ensureAgentVolume(t.Context(), version.TestImage); err != nil {
+			t.Fatalf("ensureAgentVolume, volume in use: %v", err)
+		}
+	})
+	if v, err := cli.VolumeInspect(t.Context(), d.AgentVolume()); err != nil || len(v.Labels) != 0 {
+		t.Errorf("an unlabeled volume in use: labels %v (err %v), want it left as it was", v.Labels, err)
+	}
+	if got, _ := readAgent(t, cli, d.AgentVolume()); !bytes.Equal(got, bin) {
+		t.Errorf("agent in the volume in use: %d bytes, want %d", len(got), len(bin))
+	}
+	d.agentReady.Store(false) // as a new driver: the next Create looks again
+
 	spec := sandbox.Spec{Session: uniq("s-unlabeled"), Tenant: "t-agentvol", Image: version.TestImage}
 	cleanupSession(t, cli, spec.Session)
 	info, err := d.Create(t.Context(), spec)

@@ -126,6 +126,10 @@ type Driver struct {
 	agentSHA256 string // hex
 	agentSize   int64
 	agentVolume string // cws-agent-<version>-<12 hex>
+	// agentPruneLabel, when set, is a label (key=value) PruneAgentVolumes also filters
+	// on: tests prune only their own volumes, not those of other packages' tests
+	// running beside them on the same engine.
+	agentPruneLabel string
 
 	// agentSem serializes populating the agent volume; agentReady is set, under it,
 	// once the volume is known to be ready, and read without it (the creates that

@@ -436,6 +436,27 @@ func TestPoolRestart(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
+	// A bound session whose bind record lost its labels (the engine's volume metadata
+	// lost): whether it was bound can't be told, so it stays, with its workspace.
+	e.d.pool.Signal()
+	readyIDs(t, e.d, 1)
+	lost, miss := e.d.pool.Take(version.TestImage, e.d.fits(poolSpec("tenant")))
+	if miss != "" {
+		t.Fatalf("take: %s", miss)
+	}
+	ls := uniq("s")
+	if err := e.cli.ContainerRename(t.Context(), lost.ID, containerName(ls)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: bindName(ls)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		_ = e.cli.ContainerRemove(ctx, lost.ID, container.RemoveOptions{Force: true})
+		_ = e.cli.VolumeRemove(ctx, bindName(ls), true)
+		_ = e.cli.VolumeRemove(ctx, lost.Volume, true)
+	})
 	e.d.pool.Signal()
 	unbound := readyIDs(t, e.d, 2)
 	e.stopPool()
@@ -471,6 +492,12 @@ func TestPoolRestart(t *testing.T) {
 	}
 	if _, err := e.cli.VolumeInspect(t.Context(), bindName(rs)); !cerrdefs.IsNotFound(err) {
 		t.Errorf("bind record of the half-bound container: %v, want removed", err)
+	}
+	if _, err := e.cli.ContainerInspect(t.Context(), lost.ID); err != nil {
+		t.Errorf("container whose bind record lost its labels: %v, want it left", err)
+	}
+	if _, err := e.cli.VolumeInspect(t.Context(), lost.Volume); err != nil {
+		t.Errorf("workspace of the container whose bind record lost its labels: %v, want it left", err)
 	}
 	if _, err := e.cli.ContainerInspect(t.Context(), s.ID); err != nil {
 		t.Errorf("the session's container: %v", err)

@@ -80,6 +80,12 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 			if _, inBind := binds[c.ID]; !inBind && d.adoptPooled(ctx, c) {
 				continue
 			}
+		case d.unreadableBind(ctx, name):
+			// Named for a session whose bind record is there but lost its labels (the
+			// engine's volume metadata lost): maybe a session's work. Never removed here.
+			d.log.Warn("pooled container bound to a session whose bind record has no labels: left as it is (see the record's volume; `docker rm -f` it once its workspace is saved)",
+				"container", c.ID, "name", name, "record", bindName(strings.TrimPrefix(strings.TrimPrefix(name, "/"), "cws-")))
+			continue
 		}
 		d.log.Info("removing pooled container", "container", c.ID, "name", name)
 		if err := d.Remove(ctx, c.ID); err != nil {
@@ -102,6 +108,22 @@ func (d *Driver) sweepPool(ctx context.Context, starting bool) error {
 		}
 	}
 	return nil
+}
+
+// unreadableBind reports whether container name cws-<session> has a bind record
+// cws-bind-<session> that carries no bind label: the engine lists the volume but lost
+// what it knew of it (its metadata), so whether the session was bound can't be told.
+// A bind cut short by a crash leaves no record at all, or a whole one.
+func (d *Driver) unreadableBind(ctx context.Context, name string) bool {
+	session, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), "cws-")
+	if !ok {
+		return false
+	}
+	v, err := d.cli.VolumeInspect(ctx, bindName(session))
+	if err != nil {
+		return !cerrdefs.IsNotFound(err) // the engine did not answer: not now
+	}
+	return v.Labels[LabelBind] == ""
 }
 
 // adoptPooled takes an unbound pooled container left by an earlier run back into the

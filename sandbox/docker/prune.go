@@ -22,9 +22,11 @@ import (
 // Another cws replica running a different build recreates its volume on its next
 // Create, so pruning is safe across replicas.
 func (d *Driver) PruneAgentVolumes(ctx context.Context) ([]string, error) {
-	resp, err := d.cli.VolumeList(ctx, volume.ListOptions{
-		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelAgent)),
-	})
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelAgent))
+	if d.agentPruneLabel != "" {
+		f.Add("label", d.agentPruneLabel)
+	}
+	resp, err := d.cli.VolumeList(ctx, volume.ListOptions{Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("prune agent volumes: list: %w", err)
 	}

@@ -15,14 +15,19 @@ import (
 func TestPruneAgentVolumes(t *testing.T) {
 	cli := requireDocker(t)
 	requireImage(t, cli, version.TestImage)
-	d := newDriver(t)
+	path, _ := privateAgent(t)
+	d := newDriverWith(t, Config{AgentBinary: path})
+	removeAgentVolumeAtEnd(t, cli, d)
+	stale, inUse := uniq("cws-agent-old"), uniq("cws-agent-used")
+	// Only this test's volumes, its driver's own among them: other packages' tests use
+	// their agent volumes meanwhile.
+	d.agentPruneLabel = "cws.test=" + stale
 	if err := d.ensureAgentVolume(t.Context(), version.TestImage); err != nil {
 		t.Fatal(err)
 	}
-	stale, inUse := uniq("cws-agent-old"), uniq("cws-agent-used")
 	for _, name := range []string{stale, inUse} {
 		if _, err := cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: name,
-			Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: name}}); err != nil {
+			Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: name, "cws.test": stale}}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cli.VolumeRemove(context.WithoutCancel(t.Context()), name, true) })

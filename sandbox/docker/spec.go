@@ -115,10 +115,7 @@ func (d *Driver) containerConfig(spec sandbox.Spec, ss socketSetup) (*container.
 		// Never the Docker socket; no host path but the socket directory below.
 		Mounts: []mount.Mount{
 			{Type: mount.TypeVolume, Source: volumeName(spec.Session), Target: sandbox.WorkspaceDir},
-			{
-				Type: mount.TypeVolume, Source: d.agentVolume, Target: sandbox.AgentDir, ReadOnly: true,
-				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-			},
+			d.agentMount(true),
 		},
 	}
 	if spec.WorkspaceTmpfsBytes > 0 { // tests only: a workspace that can be filled
