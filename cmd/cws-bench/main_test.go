@@ -101,6 +101,19 @@ func TestGoals(t *testing.T) {
 			t.Errorf("judge(%+v) = %+v, %v; want %q, target %q, versus %q, met %v", c.g, r, ok, c.cws, c.target, c.want, c.met)
 		}
 	}
+	for _, c := range []struct {
+		g        goal
+		unjudged bool
+	}{
+		{goal{Row: "fast", Anchor: "missing", MaxP50: time.Second, Faster: 2}, true},
+		{goal{Row: "fast", Anchor: "missing", MaxOver: time.Second}, true},
+		{goal{Row: "fast", Anchor: "missing", MaxP50: time.Microsecond, Faster: 2}, false}, // not met whatever the anchor
+		{goal{Row: "fast", Anchor: "missing", MaxP50: time.Second}, false},                 // met: nothing asked of the anchor
+	} {
+		if r, _ := c.g.judge(rows); r.unjudged != c.unjudged || !strings.Contains(r.anchor, "not measured") {
+			t.Errorf("judge(%+v) = %+v; want unjudged %v", c.g, r, c.unjudged)
+		}
+	}
 	if _, ok := (goal{Row: "not run"}).judge(rows); ok {
 		t.Error("a goal whose row was not measured must be left out")
 	}
