@@ -141,7 +141,9 @@ func (g goal) judgeCount(row bench.Row, rows []bench.Row) result {
 			}
 		default:
 			r.anchor = g.Anchor + ": not measured"
-			r.met = bound > 0
+			if bound == 0 {
+				r.met, r.unjudged = false, true
+			}
 		}
 	}
 	if bound > 0 {
@@ -177,7 +179,7 @@ func writeGoals(w io.Writer, rows []bench.Row) (bool, error) {
 		verdict := "met"
 		switch {
 		case r.unjudged:
-			verdict = "not judged: its anchor's section did not run"
+			verdict = "not judged: its anchor was not measured in this run"
 		case !r.met:
 			verdict = "**NOT met**"
 		}

@@ -31,8 +31,8 @@ func TestChoose(t *testing.T) {
 		t.Errorf("choose(create, read) = %v, %v; want both, in the order asked", got, err)
 	}
 	got, err = choose("mcpload,mcp")
-	if err != nil || len(got) != 2 || got[0].Name != "mcp" || got[1].Name != "mcpproc" {
-		t.Errorf("choose(mcpload,mcp) = %v, %v; want mcp and mcpproc, once each", got, err)
+	if err != nil || len(got) != 3 || got[0].Name != "read" || got[1].Name != "mcp" || got[2].Name != "mcpproc" {
+		t.Errorf("choose(mcpload,mcp) = %v, %v; want read, mcp and mcpproc, once each", got, err)
 	}
 	if _, err := choose("nope"); err == nil || !strings.Contains(err.Error(), "read") || !strings.Contains(err.Error(), "mcpload") {
 		t.Errorf("choose(nope) = %v, want an error listing the sections", err)
@@ -120,8 +120,30 @@ func TestGoals(t *testing.T) {
 	if _, ok := (goal{Row: "not run", Unit: "PUTs", MaxCount: 1}).judge(rows); ok {
 		t.Error("a goal whose row was not measured must be left out")
 	}
+	if r, _ := (goal{Row: "puts", Unit: "PUTs", Anchor: "missing"}).judge(counts); !r.unjudged || r.met {
+		t.Errorf("a count goal whose budget was not measured: %+v, want unjudged", r)
+	}
 	var b strings.Builder
 	if ok, err := writeGoals(&b, nil); ok || err != nil || b.Len() != 0 {
 		t.Errorf("writeGoals with no rows = %v, %v, %q", ok, err, b.String())
+	}
+
+	// The verdicts as printed: one goal judged on its own, one against a missing anchor.
+	saved := goals
+	t.Cleanup(func() { goals = saved })
+	goals = []goal{
+		{Order: 1, Figure: "alone", Row: "fast", MaxP50: time.Second},
+		{Order: 2, Figure: "against", Row: "fast", Anchor: "missing", MaxP50: time.Second, Faster: 2},
+		{Order: 3, Figure: "slow", Row: "fast", Anchor: "missing", MaxP50: time.Microsecond, Faster: 2},
+	}
+	b.Reset()
+	if _, err := writeGoals(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| alone | 1 ms | — | — | ≤ 1 s | met |", "| against | 1 ms | missing: not measured | — | ≤ 1 s, ≥ 2× faster | not judged: its anchor was not measured in this run |",
+		"| slow | 1 ms | missing: not measured | — | ≤ 1 µs, ≥ 2× faster | **NOT met** |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("writeGoals printed\n%s\nwant a line %q", b.String(), want)
+		}
 	}
 }

@@ -144,13 +144,16 @@ func (d *Driver) labeledAgentVolume(ctx context.Context) error {
 	if agentLabeled(v.Labels, labels) {
 		return nil
 	}
+	// Options as the engine's metadata holds them: after a loss of it, a local volume
+	// made with options (nfs, tmpfs) looks plain here and is made again plain; only
+	// the agent's binary is in it, which the fill puts back.
 	if v.Driver != "local" || len(v.Options) > 0 {
 		d.log.Warn("agent volume has no cws labels and options of its own: left as it is (cws will never prune it)", "volume", d.agentVolume, "driver", v.Driver)
 		return nil
 	}
 	switch err := d.cli.VolumeRemove(ctx, d.agentVolume, false); {
 	case cerrdefs.IsConflict(err):
-		d.log.Warn("agent volume has no cws labels but is in use: left as it is until no container uses it", "volume", d.agentVolume)
+		d.log.Warn("agent volume has no cws labels but is in use: left as it is (a later fill, at the next start, makes it again with them if no container uses it then)", "volume", d.agentVolume)
 		return nil
 	case err != nil && !cerrdefs.IsNotFound(err):
 		return fmt.Errorf("replace the unlabeled volume: %w", err)

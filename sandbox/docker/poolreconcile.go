@@ -20,7 +20,8 @@ import (
 // and answering a ping) are taken back into the pool, up to its size; the others are
 // removed, as are this owner's half-bound ones (a bind cut short by a crash), bind
 // records whose container is gone, and other owners' unbound ones older than twice the
-// max age (no owner hands those out any more).
+// max age (no owner hands those out any more). A container named for a session whose
+// bind record can't be read (unreadableBind) is left, for an operator or the next start.
 //
 // Afterwards, on every tick of the refill loop: it finishes removals of this owner's
 // pooled containers that were cut short, replaces ready ones that stopped, and removes

@@ -18,7 +18,7 @@ func TestPruneAgentVolumes(t *testing.T) {
 	path, _ := privateAgent(t)
 	d := newDriverWith(t, Config{AgentBinary: path})
 	removeAgentVolumeAtEnd(t, cli, d)
-	stale, inUse := uniq("cws-agent-old"), uniq("cws-agent-used")
+	stale, inUse, foreign := uniq("cws-agent-old"), uniq("cws-agent-used"), uniq("cws-agent-foreign")
 	// Only this test's volumes, its driver's own among them: other packages' tests use
 	// their agent volumes meanwhile.
 	d.agentPruneLabel = "cws.test=" + stale
@@ -32,6 +32,12 @@ func TestPruneAgentVolumes(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cli.VolumeRemove(context.WithoutCancel(t.Context()), name, true) })
 	}
+	// Stale too, but not this test's (another package's tests stand in for it).
+	if _, err := cli.VolumeCreate(t.Context(), volume.CreateOptions{Name: foreign,
+		Labels: map[string]string{sandbox.LabelManaged: "true", sandbox.LabelAgent: foreign}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.VolumeRemove(context.WithoutCancel(t.Context()), foreign, true) })
 
 	withVolume(t, cli, inUse, func(string) {
 		removed, err := d.PruneAgentVolumes(t.Context())
@@ -45,7 +51,7 @@ func TestPruneAgentVolumes(t *testing.T) {
 	tests := []struct {
 		name string
 		gone bool
-	}{{stale, true}, {inUse, false}, {d.AgentVolume(), false}}
+	}{{stale, true}, {inUse, false}, {d.AgentVolume(), false}, {foreign, false}}
 	for _, tc := range tests {
 		_, err := cli.VolumeInspect(t.Context(), tc.name)
 		if gone := cerrdefs.IsNotFound(err); gone != tc.gone {

@@ -27,7 +27,11 @@ import (
 // that Remove leaves nothing behind.
 func TestSandbox(t *testing.T) {
 	cli := requireDocker(t)
-	d := newDriver(t)
+	// An agent volume of its own, made by this driver: the shared one may be in use by
+	// other packages' containers, and left as it was found (agentvolume.go).
+	path, _ := privateAgent(t)
+	d := newDriverWith(t, Config{AgentBinary: path})
+	removeAgentVolumeAtEnd(t, cli, d)
 	expires := time.Now().Add(time.Hour)
 
 	tests := []struct {
