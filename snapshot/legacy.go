@@ -48,7 +48,7 @@ func (s *Store) UnpackForTests(ctx context.Context, tenant, id string) error {
 			return err
 		}
 	}
-	if _, err := s.finish(ctx, *meta, es, 0); err != nil {
+	if _, _, err := s.finish(ctx, *meta, es, 0); err != nil {
 		return err
 	}
 	var gone []string

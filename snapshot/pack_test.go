@@ -3,6 +3,7 @@ package snapshot
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -549,7 +550,7 @@ func TestOldStoreKeepsWorking(t *testing.T) {
 	body := randomText(6000)
 	sum := putLoose(t, s, "acme", []byte(body))
 	old := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive, Files: 1, Bytes: 6000}
-	if _, err := s.finish(ctx, old, []entry{{Path: "d/", Type: tar.TypeDir, Mode: 0o755}, {Path: "d/a", Type: tar.TypeReg, Mode: 0o644, Size: 6000, Blob: sum}}, 0); err != nil {
+	if _, _, err := s.finish(ctx, old, []entry{{Path: "d/", Type: tar.TypeDir, Mode: 0o755}, {Path: "d/a", Type: tar.TypeReg, Mode: 0o644, Size: 6000, Blob: sum}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -917,5 +918,159 @@ func TestReadRangeCutShort(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// garbling gives back other bytes than were stored for the keys garble picks: a store
+// (or something between cws and it) that does not keep what it acknowledged.
+type garbling struct {
+	Backend
+	garble func(key string) bool
+}
+
+func (g garbling) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := g.Backend.Get(ctx, key)
+	if err != nil || !g.garble(key) {
+		return rc, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(b) == 0:
+		b = []byte{0}
+	case len(b)%2 == 0:
+		b = b[:len(b)-1] // cut short
+	default:
+		b[len(b)/2] ^= 1 // one bit
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// TestWriteReadsBack: a snapshot whose record or entry list reads back other than it
+// was written (one bit, or cut short) is refused, and nothing of it stays; one that
+// reads back whole is kept.
+func TestWriteReadsBack(t *testing.T) {
+	for _, which := range []string{"/entries/", "/meta/", ""} {
+		t.Run(cmp.Or(strings.Trim(which, "/"), "none"), func(t *testing.T) {
+			fb, err := NewFileBackend(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewStore(garbling{Backend: fb, garble: func(key string) bool { return which != "" && strings.Contains(key, which) }})
+			for i, files := range []int{1, 700} {
+				var names []string
+				contents := map[string]string{}
+				for j := range files {
+					n := fmt.Sprintf("f%04d", j)
+					names, contents[n] = append(names, n), randomText(100+j)
+				}
+				meta := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}
+				_, err := s.Write(t.Context(), meta, bytes.NewReader(tarball(t, names, contents)), 0)
+				if which == "" {
+					if err != nil {
+						t.Fatalf("write %d: %v", i, err)
+					}
+					continue
+				}
+				if !errors.Is(err, ErrBadRecord) {
+					t.Fatalf("write %d with %s garbled: %v, want ErrBadRecord", i, which, err)
+				}
+				for _, key := range []string{entriesKey("acme", meta.ID), metaKey("acme", meta.ID)} {
+					if ok, err := fb.Exists(t.Context(), key); ok || err != nil {
+						t.Errorf("%s after a refused write: exists %v, %v", key, ok, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestWriteRecordTooLarge: a record Get could not read back (a session's env of over
+// 1 MiB) is refused when it is written, with nothing of it left; one just under is kept
+// and reads back.
+func TestWriteRecordTooLarge(t *testing.T) {
+	fb, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(fb)
+	stream := tarball(t, []string{"a"}, map[string]string{"a": "x"})
+	for _, tc := range []struct {
+		env int
+		ok  bool
+	}{{maxRecord - 4096, true}, {maxRecord, false}, {4 * maxRecord, false}} {
+		meta := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive, Env: map[string]string{"BIG": strings.Repeat("e", tc.env)}}
+		_, err := s.Write(t.Context(), meta, bytes.NewReader(stream), 0)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("env of %d bytes: %v", tc.env, err)
+			} else if got, err := s.Get(t.Context(), "acme", meta.ID); err != nil || len(got.Env["BIG"]) != tc.env {
+				t.Errorf("env of %d bytes read back: %v", tc.env, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrBadRecord) {
+			t.Errorf("env of %d bytes: %v, want ErrBadRecord", tc.env, err)
+		}
+		for _, key := range []string{entriesKey("acme", meta.ID), metaKey("acme", meta.ID)} {
+			if ok, err := fb.Exists(t.Context(), key); ok || err != nil {
+				t.Errorf("%s after a refused write: exists %v, %v", key, ok, err)
+			}
+		}
+	}
+}
+
+// failingReads cuts every read of a record short with an error after a few bytes.
+type failingReads struct{ Backend }
+
+func (f failingReads) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := f.Backend.Get(ctx, key)
+	if err != nil || !strings.Contains(key, "/meta/") {
+		return rc, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(rc, 5), iotest.ErrReader(errCut)), rc}, nil
+}
+
+var errCut = errors.New("connection reset")
+
+// TestDeleteKeepsOnReadError: a record whose read fails is that error, not a bad
+// record, and Delete leaves the snapshot as it is; a record that reads but can't be
+// decoded is deleted.
+func TestDeleteKeepsOnReadError(t *testing.T) {
+	fb, err := NewFileBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(fb)
+	meta := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive}
+	if _, err := s.Write(t.Context(), meta, bytes.NewReader(tarball(t, []string{"a"}, map[string]string{"a": "x"})), 0); err != nil {
+		t.Fatal(err)
+	}
+	cut := NewStore(failingReads{fb})
+	if _, err := cut.Get(t.Context(), "acme", meta.ID); !errors.Is(err, errCut) || errors.Is(err, ErrBadRecord) {
+		t.Errorf("Get with the read cut: %v, want the read's error, not ErrBadRecord", err)
+	}
+	if err := cut.Delete(t.Context(), "acme", meta.ID); !errors.Is(err, errCut) {
+		t.Errorf("Delete with the read cut: %v, want the read's error", err)
+	}
+	if ok, _ := fb.Exists(t.Context(), metaKey("acme", meta.ID)); !ok {
+		t.Fatal("Delete removed a record it could not read")
+	}
+	if err := fb.Put(t.Context(), metaKey("acme", meta.ID), strings.NewReader("{not json"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(t.Context(), "acme", meta.ID); err != nil {
+		t.Errorf("Delete of a record that can't be decoded: %v", err)
+	}
+	for _, key := range []string{entriesKey("acme", meta.ID), metaKey("acme", meta.ID)} {
+		if ok, _ := fb.Exists(t.Context(), key); ok {
+			t.Errorf("%s still there after Delete", key)
+		}
 	}
 }

@@ -36,7 +36,7 @@ func TestReadOldRecordWithClashingNames(t *testing.T) {
 			entry{Path: "d\uFFFD/x", Type: '0', Mode: 0o644, Size: int64(len(body)), Blob: sum.sum})
 	}
 	meta := Snapshot{ID: NewID(), Tenant: "acme", Kind: KindArchive, Files: 4}
-	if _, err := s.finish(ctx, meta, es, 0); err != nil {
+	if _, _, err := s.finish(ctx, meta, es, 0); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

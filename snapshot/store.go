@@ -301,34 +301,41 @@ func (s *Store) write(ctx context.Context, meta Snapshot, r io.Reader, limit int
 	if err := eg.Wait(); err != nil {
 		return nil, nil, err
 	}
-	snap, err := s.finish(ctx, meta, w.entries, stored)
+	snap, written, err := s.finish(ctx, meta, w.entries, stored)
 	if err != nil {
 		return nil, nil, err
 	}
 	// Read it back: a snapshot that is the only copy (an archive) must be proven
-	// readable before anything of the workspace is removed.
-	if err := s.verify(ctx, snap, len(w.entries)); err != nil {
-		_ = s.Delete(context.WithoutCancel(ctx), meta.Tenant, meta.ID)
+	// readable (verify) before anything of the workspace is removed.
+	if err := s.verify(ctx, snap, written); err != nil {
+		// What this write put there, read back wrong or not: never a record to restore.
+		_ = s.remove(context.WithoutCancel(ctx), meta.Tenant, meta.ID)
 		return nil, nil, fmt.Errorf("snapshot %s: read back what was written: %w", meta.ID, err)
 	}
 	return snap, w.entries, nil
 }
 
-// verify reads a snapshot's record and entries back from the store.
-func (s *Store) verify(ctx context.Context, want *Snapshot, entries int) error {
-	got, err := s.Get(ctx, want.Tenant, want.ID)
-	if err != nil {
+// verify reads a snapshot's record and entry list back from the store and checks they
+// are byte for byte what finish wrote, and that the record decodes as Get decodes it.
+// The entry list is not decoded again (a second snapshot's 20 ms): finish encoded it
+// from the entries, within the size getJSON reads.
+func (s *Store) verify(ctx context.Context, want *Snapshot, written map[string][]byte) error {
+	if _, err := parseRecord(written[metaKey(want.Tenant, want.ID)]); err != nil {
 		return err
 	}
-	if got.Files != want.Files || got.Bytes != want.Bytes || got.Kind != want.Kind {
-		return fmt.Errorf("%w: the record read back differs from the one written", ErrBadRecord)
-	}
-	es, err := s.entries(ctx, want.Tenant, want.ID)
-	if err != nil {
-		return err
-	}
-	if len(es) != entries {
-		return fmt.Errorf("%w: %d entries read back, %d written", ErrBadRecord, len(es), entries)
+	for _, key := range []string{entriesKey(want.Tenant, want.ID), metaKey(want.Tenant, want.ID)} {
+		rc, err := s.b.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		got, err := io.ReadAll(io.LimitReader(rc, int64(len(written[key]))+1))
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, written[key]) {
+			return fmt.Errorf("%w: %s read back differs from what was written (%d bytes, %d written)", ErrBadRecord, key, len(got), len(written[key]))
+		}
 	}
 	return nil
 }
@@ -480,23 +487,32 @@ func (w *writing) read(r io.Reader) error {
 }
 
 // finish writes a snapshot's entries, then its record.
-func (s *Store) finish(ctx context.Context, meta Snapshot, entries []entry, stored int64) (*Snapshot, error) {
+func (s *Store) finish(ctx context.Context, meta Snapshot, entries []entry, stored int64) (*Snapshot, map[string][]byte, error) {
 	packNames(entries)
 	list, err := json.Marshal(entries)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	packed := s.enc.EncodeAll(list, nil)
 	if err := s.b.Put(ctx, entriesKey(meta.Tenant, meta.ID), bytes.NewReader(packed), int64(len(packed))); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	meta.Stored = stored + int64(len(packed))
-	rec, _ := json.Marshal(meta)
+	rec, err := json.Marshal(meta)
+	if err != nil {
+		_ = s.b.Delete(context.WithoutCancel(ctx), entriesKey(meta.Tenant, meta.ID))
+		return nil, nil, fmt.Errorf("snapshot %s: the record: %w", meta.ID, err)
+	}
+	if len(rec) > maxRecord || len(packed) > maxEntryList {
+		_ = s.b.Delete(context.WithoutCancel(ctx), entriesKey(meta.Tenant, meta.ID))
+		return nil, nil, fmt.Errorf("%w: snapshot %s: its record (%d bytes, at most %d: the session's env and labels, the skipped entries) or entry list (%d bytes, at most %d) is too large to be read back",
+			ErrBadRecord, meta.ID, len(rec), maxRecord, len(packed), maxEntryList)
+	}
 	if err := s.b.Put(ctx, metaKey(meta.Tenant, meta.ID), bytes.NewReader(rec), int64(len(rec))); err != nil {
 		_ = s.b.Delete(context.WithoutCancel(ctx), entriesKey(meta.Tenant, meta.ID))
-		return nil, err
+		return nil, nil, err
 	}
-	return &meta, nil
+	return &meta, map[string][]byte{entriesKey(meta.Tenant, meta.ID): packed, metaKey(meta.Tenant, meta.ID): rec}, nil
 }
 
 // content is one file's contents while it is stored: in memory, or in a temporary file.
@@ -600,9 +616,31 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Snapshot, error) {
 		return nil, err
 	}
 	defer rc.Close()
+	// Read whole first: a read that fails (a connection cut, the stall watchdog) is
+	// that error, not a bad record.
+	rec, err := io.ReadAll(io.LimitReader(rc, maxRecord+1))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: read the record: %w", id, err)
+	}
+	m, err := parseRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	return m, nil
+}
+
+// maxRecord bounds a snapshot's record (its session's env and labels, the skipped
+// entries); finish refuses to write a longer one, which Get would not read.
+const maxRecord = 1 << 20
+
+// parseRecord decodes a record as Get reads it.
+func parseRecord(rec []byte) (*Snapshot, error) {
+	if len(rec) > maxRecord {
+		return nil, fmt.Errorf("%w: the record is over %d bytes", ErrBadRecord, maxRecord)
+	}
 	var m Snapshot
-	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&m); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w: %v", id, ErrBadRecord, err)
+	if err := json.Unmarshal(rec, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
 	return &m, nil
 }
@@ -654,10 +692,16 @@ func (s *Store) Tenants(ctx context.Context) ([]string, error) {
 }
 
 // Delete removes a snapshot's record and entries; its blobs go with the next Collect.
+// A record that can't be read (ErrBadRecord) goes too: it could never be restored.
 func (s *Store) Delete(ctx context.Context, tenant, id string) error {
-	if _, err := s.Get(ctx, tenant, id); err != nil {
+	if _, err := s.Get(ctx, tenant, id); err != nil && !errors.Is(err, ErrBadRecord) {
 		return err
 	}
+	return s.remove(ctx, tenant, id)
+}
+
+// remove deletes a snapshot's record, then its entry list, whatever they hold.
+func (s *Store) remove(ctx context.Context, tenant, id string) error {
 	if err := s.b.Delete(ctx, metaKey(tenant, id)); err != nil {
 		return err
 	}
@@ -673,6 +717,9 @@ func (s *Store) entries(ctx context.Context, tenant, id string) ([]entry, error)
 	return es, nil
 }
 
+// maxEntryList bounds what getJSON reads of an object (an entry list, an index).
+const maxEntryList = 1 << 30
+
 // getJSON reads the zstd-compressed JSON object key (entries, index) into v.
 func (s *Store) getJSON(ctx context.Context, key string, v any) error {
 	rc, err := s.b.Get(ctx, key)
@@ -680,7 +727,7 @@ func (s *Store) getJSON(ctx context.Context, key string, v any) error {
 		return err
 	}
 	defer rc.Close()
-	z, err := io.ReadAll(io.LimitReader(rc, 1<<30))
+	z, err := io.ReadAll(io.LimitReader(rc, maxEntryList))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package workspace_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -163,5 +164,122 @@ func TestWakeStoreFaults(t *testing.T) {
 		if !failed {
 			return
 		}
+	}
+}
+
+// lostAnswers is a session store whose update to an archived state fails as a store
+// whose answer is lost may: after the write went through (wrote), or before it; and
+// whose reads then fail too (blind), until healed.
+type lostAnswers struct {
+	workspace.Store
+	on                              string // the state whose update fails; archived when ""
+	armed, wrote, blindAfter, blind atomic.Bool
+}
+
+var errLostAnswer = errors.New("injected: i/o timeout reading the store's answer")
+
+func (s *lostAnswers) UpdateSession(ctx context.Context, sess *workspace.Session) error {
+	if !s.armed.Load() || sess.State != cmp.Or(s.on, workspace.StateArchived) {
+		return s.Store.UpdateSession(ctx, sess)
+	}
+	s.armed.Store(false)
+	if s.wrote.Load() {
+		if err := s.Store.UpdateSession(ctx, sess); err != nil {
+			return err
+		}
+	}
+	s.blind.Store(s.blindAfter.Load())
+	return errLostAnswer
+}
+
+func (s *lostAnswers) GetSession(ctx context.Context, tenant, id string) (*workspace.Session, error) {
+	if s.blind.Load() {
+		return nil, errLostAnswer
+	}
+	return s.Store.GetSession(ctx, tenant, id)
+}
+
+// TestArchiveUpdateAnswerLost: the archive's session update fails, having gone
+// through or not, and the store may not answer a read right after: whatever the record
+// says, the workspace's files come back on the next call (the archive is never deleted
+// while the record may name it).
+func TestArchiveUpdateAnswerLost(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		wrote, blind bool
+	}{{"wrote", true, false}, {"wrote, then blind", true, true}, {"not written", false, false}, {"not written, then blind", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ls *lostAnswers
+			l := newLifeEnvWith(t, "", func(c *workspace.Config) {
+				ls = &lostAnswers{Store: c.Store}
+				c.Store = ls
+			})
+			ctx := context.Background()
+			l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "first"})
+			l.ok("writeFile", map[string]any{"path": "dir/b.txt", "contents": "second"})
+			if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+				t.Fatal(err)
+			}
+			ls.wrote.Store(tc.wrote)
+			ls.armed.Store(true)
+			ls.blindAfter.Store(tc.blind)
+			l.clock.Add(25 * time.Hour)
+			_, _ = l.svc.Reap(ctx)
+			ls.blind.Store(false)
+			if ls.armed.Load() {
+				t.Fatal("the reaper did not try to archive the session")
+			}
+			s := l.session()
+			switch {
+			case tc.wrote && s.State != workspace.StateArchived, !tc.wrote && s.State != workspace.StateSuspended:
+				t.Fatalf("the session is %s after the archive's update (went through: %v)", s.State, tc.wrote)
+			}
+			if got := l.read("a.txt") + l.read("dir/b.txt"); got != "firstsecond" {
+				t.Fatalf("the session (%s) reads %q after the archive's lost answer", s.State, got)
+			}
+		})
+	}
+}
+
+// TestWakeUpdateAnswerLost: a wake's session update fails, having gone through or not,
+// and the store may not answer a read right after: the next calls find every file
+// (neither the woken sandbox nor the archive goes while the record may need it).
+func TestWakeUpdateAnswerLost(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		wrote, blind bool
+	}{{"wrote", true, false}, {"wrote, then blind", true, true}, {"not written", false, false}, {"not written, then blind", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ls *lostAnswers
+			l := newLifeEnvWith(t, "", func(c *workspace.Config) {
+				ls = &lostAnswers{Store: c.Store, on: workspace.StateReady}
+				c.Store = ls
+			})
+			ctx := context.Background()
+			l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "first"})
+			l.ok("writeFile", map[string]any{"path": "dir/b.txt", "contents": "second"})
+			if s := l.archive(); s.State != workspace.StateArchived {
+				t.Fatalf("the session is %s, want archived", s.State)
+			}
+			ls.wrote.Store(tc.wrote)
+			ls.blindAfter.Store(tc.blind)
+			ls.armed.Store(true)
+			_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+			ls.blind.Store(false)
+			if ls.armed.Load() {
+				t.Fatalf("the call did not wake the session: %v", err)
+			}
+			if err != nil && !workspace.Retryable(err) {
+				t.Fatalf("the wake whose update failed answers %v, want success or a retryable error", err)
+			}
+			for range 2 { // the reconciler between the calls: nothing it removes is needed
+				if got := l.read("a.txt") + l.read("dir/b.txt"); got != "firstsecond" {
+					t.Fatalf("the session (%s) reads %q after the wake's lost answer", l.session().State, got)
+				}
+				l.clock.Add(2 * time.Hour)
+				_, _ = l.svc.Reap(ctx)
+				_ = l.svc.Reconcile(ctx)
+			}
+		})
 	}
 }

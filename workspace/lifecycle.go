@@ -693,11 +693,27 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	// this replica still holds the session: a capture that outlived its claim lets the
 	// session be woken elsewhere, and the volume is then the live copy.
 	err = claimHeld(ctx)
+	keep := false // the archive, when the update may have gone through
 	if err == nil {
-		err = s.cfg.Store.UpdateSession(ctx, &next)
+		if err = s.cfg.Store.UpdateSession(ctx, &next); err != nil {
+			// An error may hide a write that went through (the store's answer lost):
+			// the record would then name an archive deleted here, and the next wake would
+			// clear the volume as what an archive cut short left. Ask the store.
+			switch named, known := s.recorded(ctx, &next, func(cur *Session) bool {
+				return cur.State == StateArchived && cur.Archive == next.Archive
+			}); {
+			case named:
+				err = nil // it went through
+			case !known:
+				keep = true // the reconciler removes it once no record names it
+				s.log.Warn("archive: the session's update failed and the store can't say whether it went through; the archive is kept", "session", sess.ID, "archive", snap.ID, "err", err)
+			}
+		}
 	}
 	if err != nil {
-		_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
+		if !keep {
+			_ = s.cfg.Snapshots.Delete(ctx, sess.Tenant, snap.ID)
+		}
 		if sess.State == StateSuspended && !errors.Is(err, errClaimLost) {
 			s.stopQuietly(ctx, sess) // not when lost: its new holder may have woken it
 		}
@@ -716,6 +732,22 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	s.countActiveSoon()
 	s.log.Info("session archived", "session", sess.ID, "tenant", sess.Tenant, "archive", snap.ID, "bytes", snap.Bytes, "stored", snap.Stored)
 	return &next, nil
+}
+
+// recorded reads next's session record again after an update to next failed, which
+// may hide a write that went through (the store's answer lost): is says whether the
+// record is next as far as it tells, known whether the store answered.
+func (s *Service) recorded(ctx context.Context, next *Session, is func(cur *Session) bool) (ok, known bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur, err := s.cfg.Store.GetSession(ctx, next.Tenant, next.ID)
+	if errors.Is(err, ErrNotFound) {
+		return false, true
+	}
+	if err != nil {
+		return false, false
+	}
+	return is(cur), true
 }
 
 // SessionDiskRemover is what a Sandboxes may also do: remove a session's workspace
@@ -836,7 +868,23 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 			// Deleted while it woke: the delete wins, and the sandbox made for it goes.
 			return nil, drop("sandbox", fmt.Errorf("session %s: %w", sess.ID, ErrNotFound))
 		}
-		return nil, drop("store", fmt.Errorf("%w: %v", ErrUnavailable, err))
+		// The write may have gone through with its answer lost: the record would then
+		// name this sandbox, the live copy, and no archive (which the reconciler then
+		// removes). Ask the store before the sandbox goes.
+		switch woke, known := s.recorded(ctx, &next, func(cur *Session) bool {
+			return cur.State == StateReady && cur.Sandbox == next.Sandbox
+		}); {
+		case woke:
+			// It went through: the wake is done.
+		case !known:
+			// Neither is removed: a record still archived wakes again (the sandbox left
+			// here is cleared as stray), one that woke has its sandbox.
+			rd.stop()
+			s.log.Warn("wake: the session's update failed and the store can't say whether it went through; the sandbox and the archive are kept", "session", sess.ID, "sandbox", info.ID, "archive", sess.Archive, "err", err)
+			return nil, fmt.Errorf("%w: wake session %s: %v (retry in a moment)", ErrUnavailable, sess.ID, err)
+		default:
+			return nil, drop("store", fmt.Errorf("%w: %v", ErrUnavailable, err))
+		}
 	}
 	if err := s.cfg.Snapshots.Delete(ctx, sess.Tenant, sess.Archive); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 		s.log.Warn("wake: delete the archive (the reconciler will)", "session", sess.ID, "archive", sess.Archive, "err", err)
