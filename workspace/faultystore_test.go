@@ -237,6 +237,17 @@ func TestArchiveUpdateAnswerLost(t *testing.T) {
 			if got := l.read("a.txt") + l.read("dir/b.txt"); got != "firstsecond" {
 				t.Fatalf("the session (%s) reads %q after the archive's lost answer", s.State, got)
 			}
+			// The archive kept in doubt goes once no record names it.
+			l.clock.Add(time.Hour)
+			if err := l.svc.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := l.snaps.List(ctx, testTenant, snapshot.KindArchive); err != nil || len(left) != 0 {
+				t.Errorf("archives left after the reconciler: %d (%v), want none", len(left), err)
+			}
+			if got := l.read("a.txt"); got != "first" {
+				t.Errorf("after the reconciler the session reads %q", got)
+			}
 		})
 	}
 }
@@ -279,6 +290,14 @@ func TestWakeUpdateAnswerLost(t *testing.T) {
 				l.clock.Add(2 * time.Hour)
 				_, _ = l.svc.Reap(ctx)
 				_ = l.svc.Reconcile(ctx)
+			}
+			// What was kept in doubt is gone once the record settled: the archive, and
+			// every sandbox but the session's.
+			if left, err := l.snaps.List(ctx, testTenant, snapshot.KindArchive); err != nil || len(left) != 0 {
+				t.Errorf("archives left after the reconciler: %d (%v), want none", len(left), err)
+			}
+			if boxes, err := l.cfg.Sandboxes.List(ctx, nil); err != nil || len(boxes) != 1 {
+				t.Errorf("sandboxes left after the reconciler: %d (%v), want the session's one", len(boxes), err)
 			}
 		})
 	}

@@ -693,20 +693,21 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	// this replica still holds the session: a capture that outlived its claim lets the
 	// session be woken elsewhere, and the volume is then the live copy.
 	err = claimHeld(ctx)
-	keep := false // the archive, when the update may have gone through
+	keep := false // the archive, once an update to name it was tried
 	if err == nil {
 		if err = s.cfg.Store.UpdateSession(ctx, &next); err != nil {
-			// An error may hide a write that went through (the store's answer lost):
-			// the record would then name an archive deleted here, and the next wake would
-			// clear the volume as what an archive cut short left. Ask the store.
-			switch named, known := s.recorded(ctx, &next, func(cur *Session) bool {
+			// An error may hide a write that went through (the store's answer lost), or
+			// one still on its way: a record naming an archive deleted here would have
+			// the next wake clear the volume as what an archive cut short left. Ask the
+			// store; whatever it says, the archive stays (the reconciler removes it,
+			// under the session's claim, once no record names it).
+			if s.recorded(ctx, &next, func(cur *Session) bool {
 				return cur.State == StateArchived && cur.Archive == next.Archive
-			}); {
-			case named:
+			}) {
 				err = nil // it went through
-			case !known:
-				keep = true // the reconciler removes it once no record names it
-				s.log.Warn("archive: the session's update failed and the store can't say whether it went through; the archive is kept", "session", sess.ID, "archive", snap.ID, "err", err)
+			} else {
+				keep = true
+				s.log.Warn("archive: the session's update failed; the archive is kept until no record can name it", "session", sess.ID, "archive", snap.ID, "err", err)
 			}
 		}
 	}
@@ -735,19 +736,13 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 }
 
 // recorded reads next's session record again after an update to next failed, which
-// may hide a write that went through (the store's answer lost): is says whether the
-// record is next as far as it tells, known whether the store answered.
-func (s *Service) recorded(ctx context.Context, next *Session, is func(cur *Session) bool) (ok, known bool) {
+// may hide a write that went through (the store's answer lost), and says whether it
+// is next by is. False when the store does not answer.
+func (s *Service) recorded(ctx context.Context, next *Session, is func(cur *Session) bool) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	cur, err := s.cfg.Store.GetSession(ctx, next.Tenant, next.ID)
-	if errors.Is(err, ErrNotFound) {
-		return false, true
-	}
-	if err != nil {
-		return false, false
-	}
-	return is(cur), true
+	return err == nil && is(cur)
 }
 
 // SessionDiskRemover is what a Sandboxes may also do: remove a session's workspace
@@ -868,22 +863,16 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 			// Deleted while it woke: the delete wins, and the sandbox made for it goes.
 			return nil, drop("sandbox", fmt.Errorf("session %s: %w", sess.ID, ErrNotFound))
 		}
-		// The write may have gone through with its answer lost: the record would then
-		// name this sandbox, the live copy, and no archive (which the reconciler then
-		// removes). Ask the store before the sandbox goes.
-		switch woke, known := s.recorded(ctx, &next, func(cur *Session) bool {
-			return cur.State == StateReady && cur.Sandbox == next.Sandbox
-		}); {
-		case woke:
-			// It went through: the wake is done.
-		case !known:
-			// Neither is removed: a record still archived wakes again (the sandbox left
-			// here is cleared as stray), one that woke has its sandbox.
+		// The write may have gone through with its answer lost, or still be on its
+		// way: the record would then name this sandbox, the live copy, and no archive
+		// (which the reconciler then removes). A record that names this sandbox, in
+		// whatever state (the reconciler may have marked it lost meanwhile), woke it.
+		// Otherwise neither goes: a record still archived wakes again, and the sandbox
+		// left here is cleared as stray.
+		if !s.recorded(ctx, &next, func(cur *Session) bool { return cur.Sandbox == next.Sandbox }) {
 			rd.stop()
-			s.log.Warn("wake: the session's update failed and the store can't say whether it went through; the sandbox and the archive are kept", "session", sess.ID, "sandbox", info.ID, "archive", sess.Archive, "err", err)
-			return nil, fmt.Errorf("%w: wake session %s: %v (retry in a moment)", ErrUnavailable, sess.ID, err)
-		default:
-			return nil, drop("store", fmt.Errorf("%w: %v", ErrUnavailable, err))
+			s.log.Warn("wake: the session's update failed; the sandbox and the archive are kept until the record says which holds the workspace", "session", sess.ID, "sandbox", info.ID, "archive", sess.Archive, "err", err)
+			return nil, fmt.Errorf("%w: wake session %s: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
 		}
 	}
 	if err := s.cfg.Snapshots.Delete(ctx, sess.Tenant, sess.Archive); err != nil && !errors.Is(err, snapshot.ErrNotFound) {

@@ -124,6 +124,13 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, b := range l.sb {
+		// As the real drivers: a session's sandbox has its name (cws-<session>).
+		if b.info.Session == spec.Session {
+			os.RemoveAll(dir)
+			return sandbox.Info{}, fmt.Errorf("sandbox of session %s: %w", spec.Session, sandbox.ErrExists)
+		}
+	}
 	l.n++
 	l.Creates++
 	id := fmt.Sprintf("local-%d", l.n)
