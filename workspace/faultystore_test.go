@@ -174,6 +174,9 @@ type lostAnswers struct {
 	workspace.Store
 	on                              string // the state whose update fails; archived when ""
 	armed, wrote, blindAfter, blind atomic.Bool
+	late                            atomic.Bool // the write lands after the next read (which sees the old record)
+	deleted                         atomic.Bool // the session is deleted instead (a delete won the race)
+	pending                         atomic.Pointer[workspace.Session]
 }
 
 var errLostAnswer = errors.New("injected: i/o timeout reading the store's answer")
@@ -183,10 +186,20 @@ func (s *lostAnswers) UpdateSession(ctx context.Context, sess *workspace.Session
 		return s.Store.UpdateSession(ctx, sess)
 	}
 	s.armed.Store(false)
+	if s.deleted.Load() {
+		if err := s.Store.DeleteSession(ctx, sess.Tenant, sess.ID); err != nil {
+			return err
+		}
+		return errLostAnswer
+	}
 	if s.wrote.Load() {
 		if err := s.Store.UpdateSession(ctx, sess); err != nil {
 			return err
 		}
+	}
+	if s.late.Load() {
+		c := *sess
+		s.pending.Store(&c)
 	}
 	s.blind.Store(s.blindAfter.Load())
 	return errLostAnswer
@@ -196,7 +209,13 @@ func (s *lostAnswers) GetSession(ctx context.Context, tenant, id string) (*works
 	if s.blind.Load() {
 		return nil, errLostAnswer
 	}
-	return s.Store.GetSession(ctx, tenant, id)
+	got, err := s.Store.GetSession(ctx, tenant, id)
+	if p := s.pending.Swap(nil); p != nil {
+		if err := s.Store.UpdateSession(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return got, err
 }
 
 // TestArchiveUpdateAnswerLost: the archive's session update fails, having gone
@@ -204,10 +223,7 @@ func (s *lostAnswers) GetSession(ctx context.Context, tenant, id string) (*works
 // says, the workspace's files come back on the next call (the archive is never deleted
 // while the record may name it).
 func TestArchiveUpdateAnswerLost(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		wrote, blind bool
-	}{{"wrote", true, false}, {"wrote, then blind", true, true}, {"not written", false, false}, {"not written, then blind", false, true}} {
+	for _, tc := range answerLostCases {
 		t.Run(tc.name, func(t *testing.T) {
 			var ls *lostAnswers
 			l := newLifeEnvWith(t, "", func(c *workspace.Config) {
@@ -221,6 +237,7 @@ func TestArchiveUpdateAnswerLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			ls.wrote.Store(tc.wrote)
+			ls.late.Store(tc.late)
 			ls.armed.Store(true)
 			ls.blindAfter.Store(tc.blind)
 			l.clock.Add(25 * time.Hour)
@@ -230,9 +247,12 @@ func TestArchiveUpdateAnswerLost(t *testing.T) {
 				t.Fatal("the reaper did not try to archive the session")
 			}
 			s := l.session()
-			switch {
-			case tc.wrote && s.State != workspace.StateArchived, !tc.wrote && s.State != workspace.StateSuspended:
-				t.Fatalf("the session is %s after the archive's update (went through: %v)", s.State, tc.wrote)
+			if archived := tc.wrote || tc.late; archived != (s.State == workspace.StateArchived) || !archived && s.State != workspace.StateSuspended {
+				t.Fatalf("the session is %s after the archive's update (went through: %v)", s.State, archived)
+			}
+			// Right after: the archive is there, named or not.
+			if have, err := l.snaps.List(ctx, testTenant, snapshot.KindArchive); err != nil || len(have) != 1 {
+				t.Fatalf("archives right after the failed update: %d (%v), want the one kept", len(have), err)
 			}
 			if got := l.read("a.txt") + l.read("dir/b.txt"); got != "firstsecond" {
 				t.Fatalf("the session (%s) reads %q after the archive's lost answer", s.State, got)
@@ -256,10 +276,7 @@ func TestArchiveUpdateAnswerLost(t *testing.T) {
 // and the store may not answer a read right after: the next calls find every file
 // (neither the woken sandbox nor the archive goes while the record may need it).
 func TestWakeUpdateAnswerLost(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		wrote, blind bool
-	}{{"wrote", true, false}, {"wrote, then blind", true, true}, {"not written", false, false}, {"not written, then blind", false, true}} {
+	for _, tc := range answerLostCases {
 		t.Run(tc.name, func(t *testing.T) {
 			var ls *lostAnswers
 			l := newLifeEnvWith(t, "", func(c *workspace.Config) {
@@ -273,6 +290,7 @@ func TestWakeUpdateAnswerLost(t *testing.T) {
 				t.Fatalf("the session is %s, want archived", s.State)
 			}
 			ls.wrote.Store(tc.wrote)
+			ls.late.Store(tc.late)
 			ls.blindAfter.Store(tc.blind)
 			ls.armed.Store(true)
 			_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
@@ -282,6 +300,12 @@ func TestWakeUpdateAnswerLost(t *testing.T) {
 			}
 			if err != nil && !workspace.Retryable(err) {
 				t.Fatalf("the wake whose update failed answers %v, want success or a retryable error", err)
+			}
+			// Right after: unless the wake is known to be done, both copies are there.
+			boxes, _ := l.cfg.Sandboxes.List(ctx, nil)
+			have, _ := l.snaps.List(ctx, testTenant, snapshot.KindArchive)
+			if done := tc.wrote && !tc.blind; len(boxes) != 1 || done != (len(have) == 0) {
+				t.Fatalf("right after the failed update: %d sandboxes, %d archives (wake known done: %v)", len(boxes), len(have), done)
 			}
 			for range 2 { // the reconciler between the calls: nothing it removes is needed
 				if got := l.read("a.txt") + l.read("dir/b.txt"); got != "firstsecond" {
@@ -298,6 +322,66 @@ func TestWakeUpdateAnswerLost(t *testing.T) {
 			}
 			if boxes, err := l.cfg.Sandboxes.List(ctx, nil); err != nil || len(boxes) != 1 {
 				t.Errorf("sandboxes left after the reconciler: %d (%v), want the session's one", len(boxes), err)
+			}
+		})
+	}
+}
+
+var answerLostCases = []struct {
+	name               string
+	wrote, late, blind bool
+}{
+	{"wrote", true, false, false}, {"wrote, then blind", true, false, true},
+	{"not written", false, false, false}, {"not written, then blind", false, false, true},
+	{"landing late", false, true, false},
+}
+
+// TestArchiveAndWakeOfADeletedSession: the session's record is deleted while its
+// archive's or its wake's update fails: not found is final (an update never makes a
+// record again), so what this archive or wake made is not kept for it (a kept sandbox
+// or archive would be adopted back as a session the store lost).
+func TestArchiveAndWakeOfADeletedSession(t *testing.T) {
+	for _, wake := range []bool{false, true} {
+		t.Run(map[bool]string{false: "archive", true: "wake"}[wake], func(t *testing.T) {
+			var ls *lostAnswers
+			l := newLifeEnvWith(t, "", func(c *workspace.Config) {
+				ls = &lostAnswers{Store: c.Store}
+				if wake {
+					ls.on = workspace.StateReady
+				}
+				c.Store = ls
+			})
+			ctx := context.Background()
+			l.ok("writeFile", map[string]any{"path": "a.txt", "contents": "first"})
+			var before []*snapshot.Snapshot
+			if wake {
+				l.archive()
+				before, _ = l.snaps.List(ctx, testTenant, snapshot.KindArchive)
+			} else if _, err := l.svc.Suspend(ctx, l.caller, l.id); err != nil {
+				t.Fatal(err)
+			}
+			boxes, _ := l.cfg.Sandboxes.List(ctx, nil)
+			ls.deleted.Store(true)
+			ls.armed.Store(true)
+			if wake {
+				_, err := l.svc.Call(ctx, l.caller, l.id, "readFile", args(t, map[string]any{"path": "a.txt"}), workspace.CallOptions{})
+				if !errors.Is(err, workspace.ErrNotFound) {
+					t.Errorf("the call whose wake found the session deleted: %v, want not found", err)
+				}
+			} else {
+				l.clock.Add(25 * time.Hour)
+				_, _ = l.svc.Reap(ctx)
+			}
+			if ls.armed.Load() {
+				t.Fatal("the update was not tried")
+			}
+			// What the archive or the wake made is gone; what was there before stays
+			// for the delete's own cleanup.
+			if have, err := l.snaps.List(ctx, testTenant, snapshot.KindArchive); err != nil || len(have) != len(before) {
+				t.Errorf("archives after the update found the session deleted: %d (%v), want the %d from before", len(have), err, len(before))
+			}
+			if after, err := l.cfg.Sandboxes.List(ctx, nil); err != nil || len(after) != len(boxes) {
+				t.Errorf("sandboxes after the update found the session deleted: %d (%v), want the %d from before", len(after), err, len(boxes))
 			}
 		})
 	}

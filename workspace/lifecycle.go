@@ -701,11 +701,13 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 			// the next wake clear the volume as what an archive cut short left. Ask the
 			// store; whatever it says, the archive stays (the reconciler removes it,
 			// under the session's claim, once no record names it).
-			if s.recorded(ctx, &next, func(cur *Session) bool {
-				return cur.State == StateArchived && cur.Archive == next.Archive
-			}) {
+			// Not found is final (an update never makes a record again): the session
+			// was deleted, and its archive goes with it.
+			switch cur, gerr := s.reread(ctx, &next); {
+			case gerr == nil && cur.State == StateArchived && cur.Archive == next.Archive:
 				err = nil // it went through
-			} else {
+			case errors.Is(gerr, ErrNotFound):
+			default:
 				keep = true
 				s.log.Warn("archive: the session's update failed; the archive is kept until no record can name it", "session", sess.ID, "archive", snap.ID, "err", err)
 			}
@@ -735,14 +737,12 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 	return &next, nil
 }
 
-// recorded reads next's session record again after an update to next failed, which
-// may hide a write that went through (the store's answer lost), and says whether it
-// is next by is. False when the store does not answer.
-func (s *Service) recorded(ctx context.Context, next *Session, is func(cur *Session) bool) bool {
+// reread reads next's session record again after an update to next failed, which may
+// hide a write that went through (the store's answer lost) or one still on its way.
+func (s *Service) reread(ctx context.Context, next *Session) (*Session, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	cur, err := s.cfg.Store.GetSession(ctx, next.Tenant, next.ID)
-	return err == nil && is(cur)
+	return s.cfg.Store.GetSession(ctx, next.Tenant, next.ID)
 }
 
 // SessionDiskRemover is what a Sandboxes may also do: remove a session's workspace
@@ -869,8 +869,15 @@ func (s *Service) wakeArchived(ctx context.Context, sess *Session) (*Session, er
 		// whatever state (the reconciler may have marked it lost meanwhile), woke it.
 		// Otherwise neither goes: a record still archived wakes again, and the sandbox
 		// left here is cleared as stray.
-		if !s.recorded(ctx, &next, func(cur *Session) bool { return cur.Sandbox == next.Sandbox }) {
+		switch cur, gerr := s.reread(ctx, &next); {
+		case gerr == nil && cur.Sandbox == next.Sandbox:
+			// It went through.
+		case errors.Is(gerr, ErrNotFound):
+			// Final (an update never makes a record again): deleted while it woke.
+			return nil, drop("sandbox", fmt.Errorf("session %s: %w", sess.ID, ErrNotFound))
+		default:
 			rd.stop()
+			lifecycle(s.obs).WakeFailed(StateArchived, "store")
 			s.log.Warn("wake: the session's update failed; the sandbox and the archive are kept until the record says which holds the workspace", "session", sess.ID, "sandbox", info.ID, "archive", sess.Archive, "err", err)
 			return nil, fmt.Errorf("%w: wake session %s: %v (retry in a moment; the session stays archived)", ErrUnavailable, sess.ID, err)
 		}

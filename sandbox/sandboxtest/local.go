@@ -114,6 +114,9 @@ func New(t testing.TB) *Local {
 
 // Create makes a sandbox: a fresh temp directory with an agent server on it.
 func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	if l.has(spec.Session) {
+		return sandbox.Info{}, fmt.Errorf("sandbox of session %s: %w", spec.Session, sandbox.ErrExists)
+	}
 	dir, err := os.MkdirTemp("", "cws-local-")
 	if err != nil {
 		return sandbox.Info{}, err
@@ -124,12 +127,10 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, b := range l.sb {
-		// As the real drivers: a session's sandbox has its name (cws-<session>).
-		if b.info.Session == spec.Session {
-			os.RemoveAll(dir)
-			return sandbox.Info{}, fmt.Errorf("sandbox of session %s: %w", spec.Session, sandbox.ErrExists)
-		}
+	if l.hasLocked(spec.Session) { // made meanwhile
+		srv.Close()
+		os.RemoveAll(dir)
+		return sandbox.Info{}, fmt.Errorf("sandbox of session %s: %w", spec.Session, sandbox.ErrExists)
 	}
 	l.n++
 	l.Creates++
@@ -147,6 +148,23 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, er
 	}
 	l.sb[id] = &local{info: info, dir: dir, srv: srv, lbl: lbl, frozen: newGate()}
 	return info, nil
+}
+
+// has says whether session has a sandbox: as with the real drivers, whose sandbox of
+// a session has its name (cws-<session>), a second one is refused (ErrExists).
+func (l *Local) has(session string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hasLocked(session)
+}
+
+func (l *Local) hasLocked(session string) bool {
+	for _, b := range l.sb {
+		if b.info.Session == session {
+			return true
+		}
+	}
+	return false
 }
 
 // Attach opens a fresh stream to the sandbox's agent.
