@@ -101,7 +101,8 @@ func startWeed() (*S3Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "cws-weed-")
+	sweepWeedDirs()
+	dir, err := os.MkdirTemp("", weedDirPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +149,12 @@ func startWeed() (*S3Server, error) {
 		_ = cmd.Wait()
 	}()
 	if err := <-started; err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
+	// weed dies with this process, and nothing then removes its data: the next
+	// start removes the directories whose weed is gone (sweepWeedDirs).
+	_ = os.WriteFile(filepath.Join(dir, weedPIDFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	srv.Endpoint = "http://127.0.0.1:" + strconv.Itoa(ports[3])
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -163,6 +168,36 @@ func startWeed() (*S3Server, error) {
 	_ = cmd.Process.Kill()
 	b, _ := os.ReadFile(filepath.Join(dir, "weed.log"))
 	return nil, errors.New("weed's S3 did not answer within 60 s: " + lastLines(string(b), 20))
+}
+
+const (
+	weedDirPrefix = "cws-weed-"
+	weedPIDFile   = "weed.pid"
+)
+
+// sweepWeedDirs removes the data directories of earlier test processes' weed servers
+// that are gone (each test process starts one, which dies with it and leaves its
+// directory: 160 MB or more each, run after run). A directory without a pid file is
+// left for a minute: its weed may be starting.
+func sweepWeedDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), weedDirPrefix+"*"))
+	for _, dir := range dirs {
+		if b, err := os.ReadFile(filepath.Join(dir, weedPIDFile)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && weedAlive(pid) {
+				continue
+			}
+		} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// weedAlive says whether process pid runs and is a weed (its program is named weed).
+func weedAlive(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+	return err == nil && filepath.Base(argv0) == "weed"
 }
 
 // freePortPair returns a free loopback port p below 55000 whose p+10000 is free too.
