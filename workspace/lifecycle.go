@@ -698,11 +698,10 @@ func (s *Service) archiveLocked(ctx context.Context, sess *Session, reason strin
 		if err = s.cfg.Store.UpdateSession(ctx, &next); err != nil {
 			// An error may hide a write that went through (the store's answer lost), or
 			// one still on its way: a record naming an archive deleted here would have
-			// the next wake clear the volume as what an archive cut short left. Ask the
-			// store; whatever it says, the archive stays (the reconciler removes it,
-			// under the session's claim, once no record names it).
-			// Not found is final (an update never makes a record again): the session
-			// was deleted, and its archive goes with it.
+			// the next wake clear the volume as what an archive cut short left. So the
+			// archive stays unless the record, read again, is gone: not found is final
+			// (an update never makes a record again), the session was deleted. A kept
+			// archive no record names is removed by the reconciler, under the claim.
 			switch cur, gerr := s.reread(ctx, &next); {
 			case gerr == nil && cur.State == StateArchived && cur.Archive == next.Archive:
 				err = nil // it went through

@@ -79,19 +79,7 @@ func TestAgentVolumeRemovedBehindCWS(t *testing.T) {
 	d := newDriverWith(t, Config{AgentBinary: path})
 	removeAgentVolumeAtEnd(t, cli, d)
 
-	create := func() sandbox.Info {
-		t.Helper()
-		spec := sandbox.Spec{Session: uniq("s-agentvol"), Tenant: "t-agentvol", Image: version.TestImage}
-		cleanupSession(t, cli, spec.Session)
-		info, err := d.Create(t.Context(), spec)
-		if err != nil {
-			t.Fatalf("Create: %v", err)
-		}
-		if err := d.pingAgent(t.Context(), info.ID); err != nil {
-			t.Fatalf("agent of %s: %v", info.ID, err)
-		}
-		return info
-	}
+	create := func() sandbox.Info { t.Helper(); return createPinged(t, cli, d, "s-agentvol") }
 	first := create()
 	if err := d.Remove(t.Context(), first.ID); err != nil {
 		t.Fatal(err)
@@ -132,7 +120,18 @@ func TestAgentVolumeUnlabeled(t *testing.T) {
 	}
 	d.agentReady.Store(false) // as a new driver: the next Create looks again
 
-	spec := sandbox.Spec{Session: uniq("s-unlabeled"), Tenant: "t-agentvol", Image: version.TestImage}
+	createPinged(t, cli, d, "s-unlabeled")
+	checkAgentLabels(t, cli, d)
+	if got, _ := readAgent(t, cli, d.AgentVolume()); !bytes.Equal(got, bin) {
+		t.Errorf("agent in the relabeled volume: %d bytes, want %d", len(got), len(bin))
+	}
+}
+
+// createPinged creates a sandbox of the test image for a new session named from prefix
+// (removed at the end) and waits until its agent answers.
+func createPinged(t *testing.T, cli *client.Client, d *Driver, prefix string) sandbox.Info {
+	t.Helper()
+	spec := sandbox.Spec{Session: uniq(prefix), Tenant: "t-agentvol", Image: version.TestImage}
 	cleanupSession(t, cli, spec.Session)
 	info, err := d.Create(t.Context(), spec)
 	if err != nil {
@@ -141,10 +140,7 @@ func TestAgentVolumeUnlabeled(t *testing.T) {
 	if err := d.pingAgent(t.Context(), info.ID); err != nil {
 		t.Fatalf("agent of %s: %v", info.ID, err)
 	}
-	checkAgentLabels(t, cli, d)
-	if got, _ := readAgent(t, cli, d.AgentVolume()); !bytes.Equal(got, bin) {
-		t.Errorf("agent in the relabeled volume: %d bytes, want %d", len(got), len(bin))
-	}
+	return info
 }
 
 func checkAgentLabels(t *testing.T, cli *client.Client, d *Driver) {
